@@ -1,0 +1,63 @@
+# trainop — one entry point for every routine task. `make help` lists them.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+PYTEST_ARGS ?=
+KUBECONFIG ?=
+E2E_REAL_CLUSTER ?=
+
+.PHONY: help
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@rm -f $(VENV)/.installed-*; touch $@
+
+.PHONY: venv
+venv: $(STAMP) ## create .venv with trainop and every dev dependency (torch, ray, kopf, ...)
+
+.PHONY: demo
+demo: $(STAMP) ## run the CPU TrainingJob locally on Ray, with one injected worker failure + recovery
+	$(VENV)/bin/trainop run examples/cpu-mlp.yaml --inject-failure-at-step 30
+
+.PHONY: crds
+crds: $(STAMP) ## regenerate crds/ (and the chart's copy) from the pydantic models
+	$(VENV)/bin/trainop crds --out crds
+	@if [ -d charts/trainop/crds ]; then cp crds/*.yaml charts/trainop/crds/; fi
+
+.PHONY: lint
+lint: $(STAMP) ## ruff (lint + format check) and mypy --strict on the API and operator packages
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy --strict operator/trainop
+
+.PHONY: controlplane
+controlplane: ## build (once, cached under ~/.cache/trainop) kube-apiserver, etcd, controller-manager, kubectl, helm
+	bash tests/controlplane/build.sh
+
+.PHONY: dev-cluster
+dev-cluster: $(STAMP) controlplane ## start a local control plane with our CRDs and print its KUBECONFIG
+	$(PY) -m tests.controlplane
+
+.PHONY: test-unit
+test-unit: $(STAMP) ## fast tier: no control plane, no Ray
+	$(PY) -m pytest -m "not controlplane and not ray and not e2e" $(PYTEST_ARGS)
+
+.PHONY: test
+test: $(STAMP) controlplane ## every test: unit, real control plane, real Ray, e2e
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+.PHONY: e2e
+e2e: $(STAMP) controlplane ## the end-to-end scenarios (KUBECONFIG=... E2E_REAL_CLUSTER=1 for a real cluster)
+	KUBECONFIG=$(KUBECONFIG) E2E_REAL_CLUSTER=$(E2E_REAL_CLUSTER) $(PY) -m pytest e2e $(PYTEST_ARGS)
+
+.PHONY: clean
+clean: ## remove local state (.trainop/) and caches; keeps .venv and ~/.cache/trainop
+	rm -rf .trainop .pytest_cache .mypy_cache .ruff_cache build dist

@@ -1,0 +1,7 @@
+"""``python -m trainop`` is the ``trainop`` command."""
+
+import sys
+
+from trainop import cli
+
+sys.exit(cli.main())

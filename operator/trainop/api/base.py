@@ -1,0 +1,89 @@
+"""Base model and shared field types of the trainop API.
+
+Every API object is a pydantic model whose Python attribute names are snake_case and whose wire names
+(YAML, JSON, the CRD schema) are the Kubernetes-style camelCase aliases. Unknown fields are refused
+(``extra="forbid"``) so that a typo in a manifest fails with the field's name instead of being silently
+dropped — the apiserver prunes unknown fields, so the CLI's validator is where a user learns about them.
+
+This module must not import anything heavier than pydantic: the trainer image and the operator image
+both import the API.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+import pydantic
+from pydantic import alias_generators
+
+GROUP = "trainop.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+# Kubernetes resource quantity, e.g. "16Gi", "500M", "2". The apiserver validates the same pattern.
+QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$"
+# RFC 1123 DNS label: what Kubernetes demands of names that become label values and child-name prefixes.
+# Job names are capped at 40 so that child names ("<job>-a<attempt>", KubeRay's own suffixes on the
+# RayCluster and its pods) stay within KubeRay's 47-character RayJob name limit.
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+Quantity = Annotated[str, pydantic.Field(pattern=QUANTITY_PATTERN)]
+
+
+class ApiModel(pydantic.BaseModel):
+    """A fragment of the API: camelCase on the wire, unknown fields refused, validated on assignment."""
+
+    model_config = pydantic.ConfigDict(
+        alias_generator=alias_generators.to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        validate_assignment=True,
+        use_enum_values=False,
+    )
+
+    def to_wire(self) -> dict[str, Any]:
+        """Serialise with camelCase names and without unset optional fields (what goes to the API)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class ObjectMeta(pydantic.BaseModel):
+    """The part of Kubernetes ObjectMeta the API cares about; everything else passes through."""
+
+    model_config = pydantic.ConfigDict(extra="allow", populate_by_name=True)
+
+    name: Annotated[str, pydantic.Field(min_length=1, max_length=40, pattern=DNS_LABEL_PATTERN)]
+    namespace: str | None = None
+    uid: str | None = None
+    generation: int | None = None
+    labels: dict[str, str] = pydantic.Field(default_factory=dict)
+    annotations: dict[str, str] = pydantic.Field(default_factory=dict)
+
+
+class Condition(ApiModel):
+    """A Kubernetes-style condition (metav1.Condition)."""
+
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str
+    message: str = ""
+    last_transition_time: str | None = None
+    observed_generation: int | None = None
+
+
+def error_path(loc: tuple[int | str, ...]) -> str:
+    """Turn a pydantic error location into the manifest path a user typed, e.g. spec.workers.replicas.
+
+    Validation runs by alias, so field segments already are the camelCase wire names and map keys are
+    the user's own keys (kept verbatim). Segments pydantic adds for validators (``function-after[...]``)
+    and for map-key errors (``[key]``) are dropped.
+    """
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        elif item == "[key]" or re.match(r"^[a-z-]+\[", item):
+            continue
+        else:
+            parts.append(("." if parts else "") + item)
+    return "".join(parts)

@@ -1,0 +1,131 @@
+"""Reading manifests (YAML/JSON, one or many documents) into API models, with field-level errors.
+
+Used by ``trainop validate``, by local mode and by the operator (which re-validates what the
+apiserver admitted, because not every rule is expressible in the CRD schema). Every problem becomes a
+``FieldError`` with the manifest path a user typed (``spec.workers.replicas``) and one sentence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from typing import Any
+
+import pydantic
+import yaml
+
+from trainop.api import base, trainingjob, tuningsweep
+
+Resource = trainingjob.TrainingJob | tuningsweep.TuningSweep
+
+KINDS: dict[str, type[trainingjob.TrainingJob] | type[tuningsweep.TuningSweep]] = {
+    "TrainingJob": trainingjob.TrainingJob,
+    "TuningSweep": tuningsweep.TuningSweep,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldError:
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+
+class ManifestError(ValueError):
+    """A manifest that does not describe a valid trainop resource."""
+
+    def __init__(self, errors: list[FieldError], *, source: str = "") -> None:
+        self.errors = errors
+        self.source = source
+        where = f"{source}: " if source else ""
+        super().__init__(where + "; ".join(str(e) for e in errors))
+
+
+# What a pattern means, in words a user can act on. Keyed by the pattern constants of the models.
+PATTERN_HINTS: dict[str, str] = {
+    base.DNS_LABEL_PATTERN: "must be a lowercase DNS label (a-z, 0-9 and '-', starting and ending "
+    "with a letter or digit), e.g. resnet-cifar",
+    base.QUANTITY_PATTERN: "must be a Kubernetes quantity such as 16Gi, 500Mi or 2",
+    trainingjob.ENTRYPOINT_PATTERN: "must be 'pkg.module:function', e.g. mypkg.train:main",
+    trainingjob.NCCL_ENV_KEY_PATTERN: "keys must be NCCL_*, TORCH_NCCL_*, UCX_* or FI_* variables",
+    tuningsweep.PARAMETER_NAME_PATTERN: "keys must be dotted paths into the template "
+    "(hyperparameters.learningRate) or nccl.NCCL_* variables",
+    trainingjob.CLAIM_NAME_PATTERN: "must be the name of a PersistentVolumeClaim in the job's namespace "
+    "(lowercase letters, digits, '-' and '.')",
+}
+
+
+def _message(error: Any) -> str:
+    msg = str(error["msg"])
+    kind = error["type"]
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(prefix):
+            return msg[len(prefix) :]
+    if kind == "extra_forbidden":
+        return "unknown field: remove it or check its spelling against `trainop crds`"
+    if kind == "missing":
+        return "required field is missing: add it"
+    if kind == "string_pattern_mismatch":
+        pattern = (error.get("ctx") or {}).get("pattern", "")
+        hint = PATTERN_HINTS.get(pattern, f"must match {pattern}")
+        value = error.get("input")
+        return f"{value!r} {hint}" if isinstance(value, str) else hint
+    if msg.startswith("Input should be "):
+        msg = "must be " + msg[len("Input should be ") :]
+    elif msg.startswith("String should have "):
+        msg = "must have " + msg[len("String should have ") :]
+    elif msg.startswith("Dictionary should have "):
+        msg = "must have " + msg[len("Dictionary should have ") :]
+    elif msg.startswith("List should have "):
+        msg = "must have " + msg[len("List should have ") :]
+    return msg
+
+
+def errors_from(exc: pydantic.ValidationError, *, prefix: tuple[str, ...] = ()) -> list[FieldError]:
+    out = []
+    for error in exc.errors():
+        loc = prefix + tuple(error["loc"])
+        out.append(FieldError(base.error_path(loc), _message(error)))
+    return out
+
+
+def parse_object(obj: Any, *, source: str = "") -> Resource:
+    """Validate one decoded manifest (a dict) and return its model."""
+    if not isinstance(obj, dict):
+        raise ManifestError([FieldError("", "a manifest must be a YAML mapping")], source=source)
+    kind = obj.get("kind")
+    if kind not in KINDS:
+        raise ManifestError(
+            [FieldError("kind", f"unknown kind {kind!r}: expected one of {', '.join(KINDS)}")], source=source
+        )
+    api_version = obj.get("apiVersion")
+    if api_version != base.API_VERSION:
+        raise ManifestError(
+            [FieldError("apiVersion", f"must be {base.API_VERSION} (got {api_version!r})")], source=source
+        )
+    # Server-populated metadata (managedFields, resourceVersion...) and status are not the user's input.
+    obj = {k: v for k, v in obj.items() if k != "status"}
+    try:
+        return KINDS[kind].model_validate(obj, by_alias=True, by_name=False)
+    except pydantic.ValidationError as exc:
+        raise ManifestError(errors_from(exc), source=source) from None
+
+
+def load_file(path: str | pathlib.Path) -> list[Resource]:
+    """Every trainop resource in a YAML file (``---``-separated documents; empty ones are skipped)."""
+    path = pathlib.Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ManifestError(
+            [FieldError("", f"cannot read the file: {exc.strerror}")], source=str(path)
+        ) from None
+    try:
+        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        raise ManifestError([FieldError("", f"not valid YAML: {exc}")], source=str(path)) from None
+    if not documents:
+        raise ManifestError([FieldError("", "the file holds no manifest")], source=str(path))
+    return [parse_object(doc, source=str(path)) for doc in documents]

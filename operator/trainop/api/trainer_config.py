@@ -1,0 +1,88 @@
+"""The trainer's config: what the operator (or local mode) hands the packaged trainer.
+
+It is the TrainingJob spec itself plus the runtime facts only the launcher knows (run name, storage
+path, attempt, where to report status). The operator renders it as JSON into the job's ConfigMap; local
+mode writes the same JSON to ./.trainop/<name>/. The trainer reads it with ``load`` and never parses a
+manifest itself, so there is exactly one schema for both.
+
+Environment overrides (documented for the e2e stand-in and for users running the trainer by hand):
+``TRAINOP_CONFIG`` is the config file path, ``TRAINOP_STORAGE_PATH`` replaces ``storagePath``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+from typing import Literal
+
+import pydantic
+
+from trainop.api import base, trainingjob
+
+CONFIG_ENV = "TRAINOP_CONFIG"
+STORAGE_PATH_ENV = "TRAINOP_STORAGE_PATH"
+DEFAULT_CONFIG_PATH = "/etc/trainop/trainer.json"
+CONFIG_KEY = "trainer.json"
+# Where the operator mounts the checkpoint claim in every Ray pod.
+CHECKPOINT_MOUNT_PATH = "/checkpoints"
+
+
+class StatusTarget(base.ApiModel):
+    """The custom resource whose status the trainer's rank 0 patches (progress/checkpoint/network)."""
+
+    group: str = base.GROUP
+    version: str = base.VERSION
+    plural: Literal["trainingjobs", "tuningsweeps"] = "trainingjobs"
+    namespace: str
+    name: str
+
+
+class TrainerConfig(base.ApiModel):
+    job_name: str
+    run_name: str = pydantic.Field(
+        description="Ray Train run name; the same for every attempt so they resume."
+    )
+    storage_path: str = pydantic.Field(description="Ray Train storage path (the checkpoint volume).")
+    attempt: int = 1
+    spec: trainingjob.TrainingJobSpec
+    status_target: StatusTarget | None = pydantic.Field(
+        default=None, description="Set in a cluster; None in local mode (status goes to the terminal)."
+    )
+
+
+def run_name_for(job_name: str) -> str:
+    """The stable Ray Train run name: every attempt of a job (and a re-created job) resumes the same run."""
+    return job_name
+
+
+def for_job(
+    job: trainingjob.TrainingJob, *, storage_path: str, attempt: int, in_cluster: bool
+) -> TrainerConfig:
+    target = None
+    if in_cluster:
+        target = StatusTarget(namespace=job.metadata.namespace or "default", name=job.metadata.name)
+    return TrainerConfig(
+        job_name=job.metadata.name,
+        run_name=run_name_for(job.metadata.name),
+        storage_path=storage_path,
+        attempt=attempt,
+        spec=job.spec,
+        status_target=target,
+    )
+
+
+def dumps(config: TrainerConfig) -> str:
+    return json.dumps(
+        config.model_dump(mode="json", by_alias=True, exclude_none=True), indent=2, sort_keys=True
+    )
+
+
+def load(path: str | os.PathLike[str] | None = None) -> TrainerConfig:
+    """Read the config from ``path``, else $TRAINOP_CONFIG, else the in-cluster default path."""
+    resolved = pathlib.Path(path or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH)
+    config = TrainerConfig.model_validate_json(resolved.read_text(), by_alias=True, by_name=False)
+    storage_override = os.environ.get(STORAGE_PATH_ENV)
+    if storage_override:
+        config = config.model_copy(update={"storage_path": storage_override})
+    return config

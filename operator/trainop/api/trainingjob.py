@@ -1,0 +1,389 @@
+"""The TrainingJob API (trainop.dev/v1alpha1): spec, status and the cross-field rules.
+
+These models are the single source of truth: the CRD schema (crds/), the defaults the apiserver fills
+in, the docs' field tables and the trainer's config are all derived from them. Cross-field rules are
+written twice on purpose — once as a pydantic validator (for ``trainop validate`` and local mode) and
+once as a CEL rule attached to the schema (so the apiserver refuses the same manifest) — and a test
+checks that both reject the same corpus.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Any, Literal
+
+import pydantic
+
+from trainop.api import base
+
+ENTRYPOINT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
+NCCL_ENV_KEY_PATTERN = r"^(NCCL|TORCH_NCCL|UCX|FI)_[A-Z0-9_]+$"
+CLAIM_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+MAX_FAILURE_HISTORY = 10
+
+
+class Phase(enum.StrEnum):
+    """Where a job is in its life. Only the operator writes it."""
+
+    PENDING = "Pending"
+    PROVISIONING = "Provisioning"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+    @property
+    def finished(self) -> bool:
+        return self in (Phase.SUCCEEDED, Phase.FAILED)
+
+
+class BuiltinModel(enum.StrEnum):
+    RESNET18 = "resnet18"
+    RESNET50 = "resnet50"
+    GPT_SMALL = "gpt-small"  # GPT-2 small shape, ~124M parameters
+    GPT_TINY = "gpt-tiny"  # a few layers: CPU tests and the demo
+    MLP = "mlp"  # a small multilayer perceptron: the CPU demo and exact-resume tests
+
+
+class DatasetKind(enum.StrEnum):
+    SYNTHETIC = "synthetic"
+    CIFAR10 = "cifar10"
+    IMAGEFOLDER = "imagefolder"
+    TOKENS = "tokens"
+
+
+class Precision(enum.StrEnum):
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP32 = "fp32"
+
+
+class OptimizerName(enum.StrEnum):
+    SGD = "sgd"
+    ADAMW = "adamw"
+    ADAM = "adam"
+
+
+class ScheduleKind(enum.StrEnum):
+    COSINE = "cosine"
+    LINEAR = "linear"
+    CONSTANT = "constant"
+
+
+class NetworkProfile(enum.StrEnum):
+    AUTO = "auto"
+    NVLINK = "nvlink"
+    INFINIBAND = "infiniband"
+    ROCE = "roce"
+    EFA = "efa"
+    TCP = "tcp"
+
+
+class AccessMode(enum.StrEnum):
+    READ_WRITE_ONCE = "ReadWriteOnce"
+    READ_WRITE_MANY = "ReadWriteMany"
+    READ_WRITE_ONCE_POD = "ReadWriteOncePod"
+
+
+class Dataset(base.ApiModel):
+    """Where the training data comes from. Nothing is downloaded: real datasets are read from a path."""
+
+    kind: DatasetKind = DatasetKind.SYNTHETIC
+    path: str | None = pydantic.Field(
+        default=None, description="Directory or file inside the worker (cifar10, imagefolder, tokens)."
+    )
+    num_samples: Annotated[int, pydantic.Field(ge=1)] = pydantic.Field(
+        default=50_000, description="Samples per epoch of the synthetic dataset."
+    )
+    image_size: Annotated[int, pydantic.Field(ge=8, le=1024)] = 224
+    num_classes: Annotated[int, pydantic.Field(ge=2)] = 1000
+    sequence_length: Annotated[int, pydantic.Field(ge=8, le=32768)] = 1024
+    num_workers: Annotated[int, pydantic.Field(ge=0, le=64)] = pydantic.Field(
+        default=2, description="DataLoader worker processes per training worker."
+    )
+
+    @pydantic.model_validator(mode="after")
+    def _path_needed(self) -> Dataset:
+        if self.kind != DatasetKind.SYNTHETIC and not self.path:
+            raise ValueError(f"path is required when kind is {self.kind.value}: set the directory or file")
+        return self
+
+
+class Workload(base.ApiModel):
+    """What to train: a built-in model + dataset, or a user function ``pkg.module:function``."""
+
+    model_config = pydantic.ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.model) != has(self.entrypoint)",
+                    "message": "set exactly one of workload.model (a built-in model) or workload.entrypoint "
+                    "(your own pkg.module:function)",
+                }
+            ]
+        }
+    )
+
+    model: BuiltinModel | None = None
+    entrypoint: Annotated[str, pydantic.Field(pattern=ENTRYPOINT_PATTERN, max_length=256)] | None = (
+        pydantic.Field(default=None, description="A user training function, 'pkg.module:function'.")
+    )
+    dataset: Dataset = pydantic.Field(default_factory=Dataset)
+    config: dict[str, Any] = pydantic.Field(
+        default_factory=dict, description="Free-form settings handed to the model or the user function."
+    )
+
+    @pydantic.model_validator(mode="after")
+    def _exactly_one(self) -> Workload:
+        if (self.model is None) == (self.entrypoint is None):
+            raise ValueError(
+                "set exactly one of workload.model (a built-in model) or workload.entrypoint "
+                "(your own pkg.module:function)"
+            )
+        return self
+
+
+class Schedule(base.ApiModel):
+    kind: ScheduleKind = ScheduleKind.COSINE
+    warmup_steps: Annotated[int, pydantic.Field(ge=0)] = 0
+    min_lr_ratio: Annotated[float, pydantic.Field(ge=0.0, le=1.0)] = 0.0
+
+
+class Hyperparameters(base.ApiModel):
+    model_config = pydantic.ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.epochs) || has(self.maxSteps)",
+                    "message": "set hyperparameters.epochs or hyperparameters.maxSteps so the job can end",
+                }
+            ]
+        }
+    )
+
+    epochs: Annotated[int, pydantic.Field(ge=1)] | None = None
+    max_steps: Annotated[int, pydantic.Field(ge=1)] | None = pydantic.Field(
+        default=None, description="Optimizer steps in total; ends training before epochs if both are set."
+    )
+    batch_size_per_worker: Annotated[int, pydantic.Field(ge=1, le=65536)] = 32
+    learning_rate: Annotated[float, pydantic.Field(gt=0.0, le=10.0)] = 0.1
+    optimizer: OptimizerName = OptimizerName.SGD
+    momentum: Annotated[float, pydantic.Field(ge=0.0, lt=1.0)] = 0.9
+    weight_decay: Annotated[float, pydantic.Field(ge=0.0, le=1.0)] = 0.0
+    schedule: Schedule = pydantic.Field(default_factory=Schedule)
+    gradient_accumulation_steps: Annotated[int, pydantic.Field(ge=1, le=1024)] = 1
+    gradient_clip_norm: Annotated[float, pydantic.Field(gt=0.0)] | None = None
+    seed: Annotated[int, pydantic.Field(ge=0)] = 0
+
+    @pydantic.model_validator(mode="after")
+    def _has_end(self) -> Hyperparameters:
+        if self.epochs is None and self.max_steps is None:
+            raise ValueError("set hyperparameters.epochs or hyperparameters.maxSteps so the job can end")
+        return self
+
+
+class Toleration(base.ApiModel):
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] | None = None
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = None
+
+
+class Workers(base.ApiModel):
+    """The GPU worker group: one Ray Train worker (one DDP rank per GPU) per pod."""
+
+    replicas: Annotated[int, pydantic.Field(ge=1, le=4096)] = 1
+    gpus_per_worker: Annotated[int, pydantic.Field(ge=0, le=16)] = pydantic.Field(
+        default=1, description="GPUs per worker pod; 0 trains on CPU with gloo."
+    )
+    cpus_per_worker: Annotated[float, pydantic.Field(gt=0.0, le=1024)] = 4
+    memory_per_worker: base.Quantity = "16Gi"
+    shared_memory: base.Quantity = pydantic.Field(
+        default="8Gi", description="Size of the memory-backed /dev/shm (NCCL and DataLoader workers use it)."
+    )
+    node_selector: dict[str, str] = pydantic.Field(default_factory=dict)
+    tolerations: list[Toleration] = pydantic.Field(default_factory=list)
+    priority_class_name: str | None = None
+
+
+class Storage(base.ApiModel):
+    """The checkpoint volume: a claim trainop creates, or one that already exists."""
+
+    size: base.Quantity = "50Gi"
+    storage_class_name: str | None = None
+    access_mode: AccessMode = AccessMode.READ_WRITE_ONCE
+    existing_claim: Annotated[str, pydantic.Field(pattern=CLAIM_NAME_PATTERN)] | None = None
+    delete_with_job: bool = pydantic.Field(
+        default=False,
+        description="Delete the created claim with the job (checkpoints outlive jobs by default).",
+    )
+
+
+class Checkpoint(base.ApiModel):
+    model_config = pydantic.ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.intervalSteps) || has(self.intervalMinutes)",
+                    "message": "set checkpoint.intervalSteps or checkpoint.intervalMinutes",
+                }
+            ]
+        }
+    )
+
+    interval_steps: Annotated[int, pydantic.Field(ge=1)] | None = None
+    interval_minutes: Annotated[float, pydantic.Field(gt=0.0, le=1440)] | None = 10.0
+    keep_last: Annotated[int, pydantic.Field(ge=1, le=100)] = 3
+    storage: Storage = pydantic.Field(default_factory=Storage)
+
+    @pydantic.model_validator(mode="after")
+    def _has_interval(self) -> Checkpoint:
+        if self.interval_steps is None and self.interval_minutes is None:
+            raise ValueError("set checkpoint.intervalSteps or checkpoint.intervalMinutes")
+        return self
+
+
+class FailurePolicy(base.ApiModel):
+    max_restarts: Annotated[int, pydantic.Field(ge=0, le=100)] = pydantic.Field(
+        default=3, description="New attempts of the whole job (a new RayJob) before the job is Failed."
+    )
+    backoff_seconds: Annotated[int, pydantic.Field(ge=0, le=3600)] = pydantic.Field(
+        default=10, description="Wait before the first restart; doubles each restart up to maxBackoffSeconds."
+    )
+    max_backoff_seconds: Annotated[int, pydantic.Field(ge=0, le=86400)] = 600
+    max_worker_failures: Annotated[int, pydantic.Field(ge=0, le=100)] = pydantic.Field(
+        default=2,
+        description="Worker-group restarts inside one attempt (Ray Train FailureConfig.max_failures).",
+    )
+
+
+class Network(base.ApiModel):
+    profile: NetworkProfile = NetworkProfile.AUTO
+    nccl_env: dict[Annotated[str, pydantic.Field(pattern=NCCL_ENV_KEY_PATTERN)], str] = pydantic.Field(
+        default_factory=dict,
+        max_length=64,
+        description="Explicit NCCL_* (or UCX_/FI_) variables; they win over the profile.",
+    )
+    probe: bool = pydantic.Field(default=True, description="Measure all-reduce bus bandwidth at start-up.")
+    probe_megabytes: Annotated[int, pydantic.Field(ge=1, le=4096)] = 256
+
+
+class Reporting(base.ApiModel):
+    """How often the trainer reports; never every step (ray.train.report is a barrier across ranks)."""
+
+    every_steps: Annotated[int, pydantic.Field(ge=1)] = 50
+    every_seconds: Annotated[float, pydantic.Field(gt=0.0)] = 15.0
+    metrics_port: Annotated[int, pydantic.Field(ge=1024, le=65535)] = 9090
+
+
+class TrainingJobSpec(base.ApiModel):
+    image: str = pydantic.Field(default="ghcr.io/trainop/trainer:0.1.0", min_length=1)
+    ray_version: Annotated[str, pydantic.Field(pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")] = "2.60.0"
+    workload: Workload
+    hyperparameters: Hyperparameters
+    precision: Precision = Precision.BF16
+    compile: bool = pydantic.Field(default=False, description="Wrap the model in torch.compile.")
+    workers: Workers = pydantic.Field(default_factory=Workers)
+    checkpoint: Checkpoint = pydantic.Field(default_factory=Checkpoint)
+    failure_policy: FailurePolicy = pydantic.Field(default_factory=FailurePolicy)
+    network: Network = pydantic.Field(default_factory=Network)
+    reporting: Reporting = pydantic.Field(default_factory=Reporting)
+    suspend: bool = False
+    active_deadline_seconds: Annotated[int, pydantic.Field(ge=1)] | None = None
+    ttl_seconds_after_finished: Annotated[int, pydantic.Field(ge=0)] | None = None
+
+    @pydantic.model_validator(mode="after")
+    def _precision_fits_device(self) -> TrainingJobSpec:
+        if self.workers.gpus_per_worker == 0 and self.precision == Precision.FP16:
+            raise ValueError("precision fp16 needs GPUs: set workers.gpusPerWorker >= 1 or use bf16/fp32")
+        return self
+
+
+# Fields that cannot change while a job exists: changing them would make the next attempt unable to
+# resume from the checkpoints already written (other model, other world size, other volume).
+IMMUTABLE_FIELDS: tuple[tuple[str, ...], ...] = (
+    ("workload", "model"),
+    ("workload", "entrypoint"),
+    ("workers", "replicas"),
+    ("workers", "gpusPerWorker"),
+    ("checkpoint", "storage"),
+)
+
+
+class Failure(base.ApiModel):
+    attempt: int
+    reason: str
+    message: str = ""
+    time: str
+
+
+class Progress(base.ApiModel):
+    """Written by the trainer's rank 0 only."""
+
+    step: int = 0
+    total_steps: int | None = None
+    epoch: int = 0
+    loss: float | None = None
+    samples_per_second: float | None = None
+    percent: float | None = None
+    eta_seconds: float | None = None
+    worker_restarts: int = pydantic.Field(default=0, description="Worker-group restarts inside this attempt.")
+    updated: str | None = None
+
+
+class CheckpointStatus(base.ApiModel):
+    """Written by the trainer's rank 0 only."""
+
+    step: int
+    epoch: int = 0
+    path: str
+    time: str
+    metrics: dict[str, float] = pydantic.Field(default_factory=dict)
+
+
+class NetworkStatus(base.ApiModel):
+    """Written by the trainer's rank 0 only."""
+
+    profile: str
+    backend: str | None = None
+    all_reduce_bus_bandwidth_gbps: float | None = None
+    probe_bytes: int | None = None
+    world_size: int | None = None
+    measured: str | None = None
+
+
+class Children(base.ApiModel):
+    ray_job: str | None = None
+    config_map: str | None = None
+    persistent_volume_claim: str | None = None
+    service_account: str | None = None
+
+
+class TrainingJobStatus(base.ApiModel):
+    # Operator-owned.
+    phase: Phase | None = None
+    conditions: list[base.Condition] = pydantic.Field(default_factory=list)
+    observed_generation: int | None = None
+    attempt: int = 0
+    restarts: int = 0
+    failures: list[Failure] = pydantic.Field(default_factory=list, max_length=MAX_FAILURE_HISTORY)
+    children: Children | None = None
+    workers: int | None = None
+    gpus: int | None = None
+    start_time: str | None = None
+    completion_time: str | None = None
+    next_restart_time: str | None = None
+    # Trainer-owned (rank 0).
+    progress: Progress | None = None
+    checkpoint: CheckpointStatus | None = None
+    network: NetworkStatus | None = None
+
+
+class TrainingJob(base.ApiModel):
+    api_version: Literal["trainop.dev/v1alpha1"] = "trainop.dev/v1alpha1"
+    kind: Literal["TrainingJob"] = "TrainingJob"
+    metadata: base.ObjectMeta
+    spec: TrainingJobSpec
+    status: TrainingJobStatus | None = None

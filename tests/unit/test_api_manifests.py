@@ -1,0 +1,119 @@
+"""The API models as a user meets them through `trainop validate`: examples pass, bad input is named."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from trainop.api import manifest, trainer_config, trainingjob
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.yaml"))
+INVALID = sorted((ROOT / "tests" / "data" / "invalid").glob("*.yaml"))
+
+
+def expected_field(path: pathlib.Path) -> str:
+    first = path.read_text().splitlines()[0]
+    assert first.startswith("# expect-field: "), f"{path.name} must start with '# expect-field: <path>'"
+    return first.removeprefix("# expect-field: ").strip()
+
+
+def test_there_are_examples_of_every_kind() -> None:
+    kinds = {yaml.safe_load(p.read_text())["kind"] for p in EXAMPLES}
+    assert kinds == {"TrainingJob", "TuningSweep"}
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_every_example_validates_with_the_cli(path: pathlib.Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "trainop", "validate", str(path)], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert "is valid" in result.stdout
+
+
+def test_the_invalid_corpus_has_at_least_25_manifests() -> None:
+    assert len(INVALID) >= 25
+
+
+@pytest.mark.parametrize("path", INVALID, ids=lambda p: p.name)
+def test_every_invalid_manifest_fails_with_a_message_naming_the_offending_field(path: pathlib.Path) -> None:
+    with pytest.raises(manifest.ManifestError) as caught:
+        manifest.load_file(path)
+    field = expected_field(path)
+    paths = [e.path for e in caught.value.errors]
+    assert field in paths, f"expected an error at {field}, got {caught.value.errors}"
+    for error in caught.value.errors:
+        assert error.message and "\n" not in error.message
+
+
+@pytest.mark.parametrize("path", INVALID[:3], ids=lambda p: p.name)
+def test_cli_validate_exits_non_zero_and_prints_the_field(path: pathlib.Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "trainop", "validate", str(path)], capture_output=True, text=True
+    )
+    assert result.returncode == 1
+    assert expected_field(path) in result.stderr
+
+
+def test_validate_reports_a_missing_file_in_one_sentence(tmp_path: pathlib.Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "trainop", "validate", str(tmp_path / "nope.yaml")],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 1
+    assert "cannot read the file" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_multi_document_files_yield_every_resource(tmp_path: pathlib.Path) -> None:
+    docs = [yaml.safe_load(p.read_text()) for p in EXAMPLES]
+    path = tmp_path / "all.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    assert [r.metadata.name for r in manifest.load_file(path)] == [d["metadata"]["name"] for d in docs]
+
+
+def test_snake_case_field_names_are_refused_because_the_apiserver_would_prune_them() -> None:
+    doc = yaml.safe_load((ROOT / "examples" / "resnet50-multigpu.yaml").read_text())
+    doc["spec"]["workers"]["gpus_per_worker"] = doc["spec"]["workers"].pop("gpusPerWorker")
+    with pytest.raises(manifest.ManifestError) as caught:
+        manifest.parse_object(doc)
+    assert "spec.workers.gpus_per_worker" in [e.path for e in caught.value.errors]
+
+
+def test_defaults_fill_an_almost_empty_spec() -> None:
+    job = manifest.parse_object(
+        {
+            "apiVersion": "trainop.dev/v1alpha1",
+            "kind": "TrainingJob",
+            "metadata": {"name": "tiny"},
+            "spec": {"workload": {"model": "mlp"}, "hyperparameters": {"epochs": 1}},
+        }
+    )
+    assert isinstance(job, trainingjob.TrainingJob)
+    assert job.spec.workers.replicas == 1
+    assert job.spec.checkpoint.keep_last == 3
+    assert job.spec.failure_policy.max_restarts == 3
+    assert job.spec.network.profile == trainingjob.NetworkProfile.AUTO
+
+
+def test_trainer_config_round_trips_and_honours_environment_overrides(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (job,) = manifest.load_file(ROOT / "examples" / "resnet50-multigpu.yaml")
+    assert isinstance(job, trainingjob.TrainingJob)
+    config = trainer_config.for_job(job, storage_path="/checkpoints", attempt=3, in_cluster=True)
+    path = tmp_path / "trainer.json"
+    path.write_text(trainer_config.dumps(config))
+    assert trainer_config.load(path) == config
+    monkeypatch.setenv(trainer_config.CONFIG_ENV, str(path))
+    monkeypatch.setenv(trainer_config.STORAGE_PATH_ENV, str(tmp_path / "ckpt"))
+    loaded = trainer_config.load()
+    assert loaded.storage_path == str(tmp_path / "ckpt")
+    assert loaded.run_name == "resnet50-multigpu"
+    assert loaded.status_target is not None and loaded.status_target.plural == "trainingjobs"

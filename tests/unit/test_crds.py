@@ -1,0 +1,105 @@
+"""crds/ is exactly what the models generate, and the generated schemas are structural."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import pytest
+import yaml
+
+from trainop.api import crd
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("filename", sorted(crd.all_crds()))
+def test_crds_directory_matches_the_models(filename: str) -> None:
+    committed = (ROOT / "crds" / filename).read_text()
+    assert committed == crd.render_yaml(crd.all_crds()[filename]), "crds/ is stale: run `make crds`"
+
+
+def test_crds_directory_holds_nothing_the_models_do_not_generate() -> None:
+    assert sorted(p.name for p in (ROOT / "crds").glob("*.yaml")) == sorted(crd.all_crds())
+
+
+def _walk(node: dict[str, Any], path: str) -> list[str]:
+    """Paths of schema nodes that break the structural rules the apiserver enforces."""
+    problems: list[str] = []
+    typed = (
+        "type" in node
+        or node.get("x-kubernetes-int-or-string")
+        or node.get("x-kubernetes-preserve-unknown-fields")
+    )
+    if not typed:
+        problems.append(f"{path}: no type")
+    for forbidden in ("anyOf", "oneOf", "allOf", "$ref", "$defs", "const", "title", "patternProperties"):
+        if forbidden in node:
+            problems.append(f"{path}: has {forbidden}")
+    if node.get("default", 0) is None:
+        problems.append(f"{path}: null default")
+    for name, sub in node.get("properties", {}).items():
+        problems.extend(_walk(sub, f"{path}.{name}"))
+    if isinstance(node.get("additionalProperties"), dict):
+        problems.extend(_walk(node["additionalProperties"], f"{path}.*"))
+    if "items" in node:
+        problems.extend(_walk(node["items"], f"{path}[]"))
+    return problems
+
+
+@pytest.mark.parametrize("filename", sorted(crd.all_crds()))
+def test_generated_schemas_are_structural(filename: str) -> None:
+    schema = crd.all_crds()[filename]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert _walk(schema, "") == []
+
+
+def test_only_free_form_fields_preserve_unknown_fields() -> None:
+    found: list[str] = []
+
+    def visit(node: dict[str, Any], path: str) -> None:
+        if node.get("x-kubernetes-preserve-unknown-fields"):
+            found.append(path)
+        for name, sub in node.get("properties", {}).items():
+            visit(sub, f"{path}.{name}")
+        if isinstance(node.get("additionalProperties"), dict):
+            visit(node["additionalProperties"], f"{path}.*")
+        if "items" in node:
+            visit(node["items"], f"{path}[]")
+
+    for obj in crd.all_crds().values():
+        visit(obj["spec"]["versions"][0]["schema"]["openAPIV3Schema"], obj["spec"]["names"]["kind"])
+    assert sorted(found) == sorted(
+        [
+            "TrainingJob.spec.workload.config",
+            "TuningSweep.spec.template.workload.config",
+            "TuningSweep.spec.searchSpace.*.values[]",
+            "TuningSweep.status.bestTrial.parameters",
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "columns"),
+    [
+        ("TrainingJob", ["Phase", "Workers", "GPUs", "Step", "Checkpoint", "Restarts", "Age"]),
+        ("TuningSweep", ["Phase", "Trials", "Running", "Best", "Age"]),
+    ],
+)
+def test_printer_columns_are_the_ones_users_see(kind: str, columns: list[str]) -> None:
+    obj = next(c for c in crd.all_crds().values() if c["spec"]["names"]["kind"] == kind)
+    version = obj["spec"]["versions"][0]
+    shown = [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")]
+    assert shown == columns
+    assert version["subresources"] == {"status": {}}
+
+
+def test_cross_field_rules_are_cel_validations_in_the_schema() -> None:
+    text = yaml.safe_dump(crd.trainingjob_crd())
+    assert "has(self.model) != has(self.entrypoint)" in text
+    assert "has(self.epochs) || has(self.maxSteps)" in text
+    assert "has(self.intervalSteps) || has(self.intervalMinutes)" in text
+
+
+def test_status_schema_carries_no_defaults() -> None:
+    status = crd.trainingjob_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    assert "default" not in yaml.safe_dump(status)
