@@ -16,7 +16,7 @@ import pathlib
 import sys
 from collections.abc import Sequence
 
-from trainop.api import crd, manifest
+from trainop.api import crd, manifest, reference
 
 
 def _cmd_crds(args: argparse.Namespace) -> int:
@@ -27,6 +27,9 @@ def _cmd_crds(args: argparse.Namespace) -> int:
         for filename, obj in crds.items():
             (out / filename).write_text(crd.render_yaml(obj))
             print(f"wrote {out / filename}")
+        if args.docs:
+            pathlib.Path(args.docs).write_text(reference.render())
+            print(f"wrote {args.docs}")
         return 0
     print("\n---\n".join(crd.render_yaml(obj) for obj in crds.values()), end="")
     return 0
@@ -88,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("crds", help="print the CustomResourceDefinitions generated from the API models")
     p.add_argument("--out", metavar="DIR", help="write one YAML file per CRD into DIR instead of printing")
+    p.add_argument("--docs", metavar="FILE", help="with --out: also write the API reference (Markdown) to FILE")
     p.set_defaults(func=_cmd_crds)
 
     p = sub.add_parser("validate", help="validate TrainingJob/TuningSweep manifests")

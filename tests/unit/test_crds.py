@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from trainop.api import crd
+from trainop.api import crd, reference
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -103,3 +103,7 @@ def test_cross_field_rules_are_cel_validations_in_the_schema() -> None:
 def test_status_schema_carries_no_defaults() -> None:
     status = crd.trainingjob_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
     assert "default" not in yaml.safe_dump(status)
+
+
+def test_api_reference_in_docs_matches_the_models() -> None:
+    assert (ROOT / "docs" / "api.md").read_text() == reference.render(), "docs/api.md is stale: run `make crds`"

@@ -1,0 +1,99 @@
+"""The API reference (docs/api.md), generated from the same structural schema as the CRDs.
+
+One table per object: field path, type, default, constraints, description. ``make crds`` rewrites the
+file and a test fails when it is stale, so the docs cannot drift from the models.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from trainop.api import crd
+
+_CONSTRAINTS = (
+    ("minimum", ">= {}"),
+    ("maximum", "<= {}"),
+    ("minLength", "len >= {}"),
+    ("maxLength", "len <= {}"),
+    ("minItems", "items >= {}"),
+    ("maxItems", "items <= {}"),
+    ("minProperties", "keys >= {}"),
+    ("maxProperties", "keys <= {}"),
+    ("pattern", "matches `{}`"),
+)
+
+
+def _type_of(node: dict[str, Any]) -> str:
+    if "enum" in node:
+        return " \\| ".join(f"`{v}`" for v in node["enum"])
+    if node.get("type") == "array":
+        return f"list of {_type_of(node.get('items', {}))}"
+    if node.get("type") == "object" and "additionalProperties" in node:
+        return f"map of {_type_of(node['additionalProperties'])}"
+    if node.get("x-kubernetes-preserve-unknown-fields"):
+        return "any (free-form)"
+    return str(node.get("type", "any"))
+
+
+def _constraints(node: dict[str, Any]) -> str:
+    parts = []
+    for key, fmt in _CONSTRAINTS:
+        if key in node:
+            value = node[key]
+            if key == "minimum" and node.get("exclusiveMinimum"):
+                parts.append(f"> {value}")
+            elif key == "maximum" and node.get("exclusiveMaximum"):
+                parts.append(f"< {value}")
+            else:
+                parts.append(fmt.format(str(value).replace("|", "\\|")))
+    for rule in node.get("x-kubernetes-validations", []):
+        parts.append(rule["message"].replace("|", "\\|"))
+    return "; ".join(parts)
+
+
+def _rows(node: dict[str, Any], path: str, required: bool) -> list[str]:
+    default = node.get("default")
+    shown_default = "" if default is None or default == {} else f"`{json.dumps(default)}`"
+    description = " ".join(str(node.get("description", "")).split()).replace("|", "\\|").replace("``", "`")
+    rows = [
+        f"| `{path}` | {_type_of(node)} | {'yes' if required else ''} | {shown_default} | "
+        f"{_constraints(node)} | {description} |"
+    ]
+    children = node.get("properties", {})
+    if node.get("type") == "object" and isinstance(node.get("additionalProperties"), dict):
+        children = node["additionalProperties"].get("properties", {})
+        path = f"{path}.<key>"
+        node = node["additionalProperties"]
+    if node.get("type") == "array":
+        children = node.get("items", {}).get("properties", {})
+        path = f"{path}[]"
+        node = node.get("items", {})
+    needed = set(node.get("required", []))
+    for name, sub in children.items():
+        rows.extend(_rows(sub, f"{path}.{name}", name in needed))
+    return rows
+
+
+def render() -> str:
+    out = [
+        "# API reference (trainop.dev/v1alpha1)",
+        "",
+        "Generated from the pydantic models in `operator/trainop/api` by `make crds`. Do not edit.",
+        "Cross-field rules are enforced by the apiserver (CEL) and by `trainop validate` alike.",
+        "",
+    ]
+    for obj in crd.all_crds().values():
+        kind = obj["spec"]["names"]["kind"]
+        schema = obj["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+        for part in ("spec", "status"):
+            out += [
+                f"## {kind} {part}",
+                "",
+                "| field | type | required | default | constraints | description |",
+                "| --- | --- | --- | --- | --- | --- |",
+            ]
+            for name, sub in schema[part].get("properties", {}).items():
+                out.extend(_rows(sub, name, name in set(schema[part].get("required", []))))
+            out.append("")
+    return "\n".join(out)
