@@ -30,7 +30,7 @@ demo: $(STAMP) ## run the CPU TrainingJob locally on Ray, with one injected work
 .PHONY: crds
 crds: $(STAMP) ## regenerate crds/ (and the chart's copy) from the pydantic models
 	$(VENV)/bin/trainop crds --out crds --docs docs/api.md
-	@if [ -d charts/trainop/crds ]; then cp crds/*.yaml charts/trainop/crds/; fi
+	bash charts/sync.sh
 
 .PHONY: lint
 lint: $(STAMP) ## ruff (lint + format check) and mypy --strict on the API and operator packages

@@ -6,8 +6,8 @@ apiserver should fill them in. ``structural_schema`` does that translation and n
 CRDs in crds/ are a pure function of the models (``make crds`` writes them; a test compares).
 
 Design choices:
-- Optional spec objects get ``default: {}`` so the apiserver fills in their nested defaults and
-  ``kubectl get -o yaml`` shows the effective spec. Status carries no defaults: it is written, not filled.
+- Optional spec objects default to the object their fields' defaults make, so the apiserver fills in
+  nested defaults and ``kubectl get -o yaml`` shows the effective spec. Status carries no defaults: it is written, not filled.
 - Free-form maps (``dict[str, Any]``) become ``x-kubernetes-preserve-unknown-fields``; nothing else does.
 - Key patterns of maps (``propertyNames``) have no structural equivalent and become a CEL rule.
 - Cross-field rules come from ``x-kubernetes-validations`` attached to the models themselves.
@@ -103,7 +103,11 @@ def _convert(node: JsonSchema, defs: dict[str, JsonSchema], *, apply_defaults: b
             required = set(out.get("required", []))
             for name, sub in out["properties"].items():
                 if sub.get("type") == "object" and "properties" in sub and name not in required:
-                    sub.setdefault("default", {})
+                    # The default is the object its own field defaults make, not {}: the apiserver checks
+                    # a default against the CEL rules without defaulting inside it first.
+                    sub.setdefault(
+                        "default", {k: v["default"] for k, v in sub["properties"].items() if "default" in v}
+                    )
     return _finish(out, apply_defaults=apply_defaults)
 
 

@@ -54,7 +54,7 @@ def _constraints(node: dict[str, Any]) -> str:
 
 def _rows(node: dict[str, Any], path: str, required: bool) -> list[str]:
     default = node.get("default")
-    shown_default = "" if default is None or default == {} else f"`{json.dumps(default)}`"
+    shown_default = "" if default is None or isinstance(default, dict) else f"`{json.dumps(default)}`"
     description = " ".join(str(node.get("description", "")).split()).replace("|", "\\|").replace("``", "`")
     rows = [
         f"| `{path}` | {_type_of(node)} | {'yes' if required else ''} | {shown_default} | "

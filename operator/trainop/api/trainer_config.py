@@ -18,7 +18,7 @@ from typing import Literal
 
 import pydantic
 
-from trainop.api import base, trainingjob
+from trainop.api import base, trainingjob, tuningsweep
 
 CONFIG_ENV = "TRAINOP_CONFIG"
 STORAGE_PATH_ENV = "TRAINOP_STORAGE_PATH"
@@ -51,6 +51,25 @@ class TrainerConfig(base.ApiModel):
     )
 
 
+class SweepConfig(base.ApiModel):
+    """What the operator hands a TuningSweep's driver (``python -m trainop_trainer.sweep``).
+
+    The full sweep spec plus the same runtime facts as :class:`TrainerConfig`: the Ray Tune experiment
+    name is stable across attempts so a new attempt restores the experiment from ``storage_path``.
+    """
+
+    sweep_name: str
+    experiment_name: str = pydantic.Field(
+        description="Ray Tune experiment name; the same for every attempt so Tuner.restore resumes it."
+    )
+    storage_path: str = pydantic.Field(description="Ray Tune storage path (the checkpoint volume).")
+    attempt: int = 1
+    spec: tuningsweep.TuningSweepSpec
+    status_target: StatusTarget | None = pydantic.Field(
+        default=None, description="Set in a cluster; None in local mode (status goes to the terminal)."
+    )
+
+
 def run_name_for(job_name: str) -> str:
     """The stable Ray Train run name: every attempt of a job (and a re-created job) resumes the same run."""
     return job_name
@@ -72,7 +91,25 @@ def for_job(
     )
 
 
-def dumps(config: TrainerConfig) -> str:
+def for_sweep(
+    sweep: tuningsweep.TuningSweep, *, storage_path: str, attempt: int, in_cluster: bool
+) -> SweepConfig:
+    target = None
+    if in_cluster:
+        target = StatusTarget(
+            plural="tuningsweeps", namespace=sweep.metadata.namespace or "default", name=sweep.metadata.name
+        )
+    return SweepConfig(
+        sweep_name=sweep.metadata.name,
+        experiment_name=run_name_for(sweep.metadata.name),
+        storage_path=storage_path,
+        attempt=attempt,
+        spec=sweep.spec,
+        status_target=target,
+    )
+
+
+def dumps(config: TrainerConfig | SweepConfig) -> str:
     return json.dumps(
         config.model_dump(mode="json", by_alias=True, exclude_none=True), indent=2, sort_keys=True
     )
@@ -82,6 +119,16 @@ def load(path: str | os.PathLike[str] | None = None) -> TrainerConfig:
     """Read the config from ``path``, else $TRAINOP_CONFIG, else the in-cluster default path."""
     resolved = pathlib.Path(path or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH)
     config = TrainerConfig.model_validate_json(resolved.read_text(), by_alias=True, by_name=False)
+    storage_override = os.environ.get(STORAGE_PATH_ENV)
+    if storage_override:
+        config = config.model_copy(update={"storage_path": storage_override})
+    return config
+
+
+def load_sweep(path: str | os.PathLike[str] | None = None) -> SweepConfig:
+    """Read a sweep driver's config, with the same path and environment rules as :func:`load`."""
+    resolved = pathlib.Path(path or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH)
+    config = SweepConfig.model_validate_json(resolved.read_text(), by_alias=True, by_name=False)
     storage_override = os.environ.get(STORAGE_PATH_ENV)
     if storage_override:
         config = config.model_copy(update={"storage_path": storage_override})

@@ -44,14 +44,15 @@ class Distribution(base.ApiModel):
     model_config = pydantic.ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
+                # `values` holds untyped items, which CEL cannot see, so "choice and grid need values"
+                # is checked by the models (trainop validate, and the operator on admission) only.
                 {
-                    "rule": "self.type in ['choice', 'grid'] ? has(self.values) && size(self.values) > 0 "
-                    ": has(self.lower) && has(self.upper) && self.lower < self.upper",
-                    "message": "choice and grid need a non-empty values list; uniform, loguniform and "
-                    "randint need lower < upper",
+                    "rule": "self.type in ['choice', 'grid'] || "
+                    "(has(self.lower) && has(self.upper) && self.lower < self.upper)",
+                    "message": "uniform, loguniform and randint need lower < upper",
                 },
                 {
-                    "rule": "self.type != 'loguniform' || self.lower > 0.0",
+                    "rule": "self.type != 'loguniform' || (has(self.lower) && self.lower > 0.0)",
                     "message": "loguniform needs lower > 0",
                 },
             ]
@@ -62,7 +63,14 @@ class Distribution(base.ApiModel):
     lower: float | None = None
     upper: float | None = None
     values: (
-        list[Annotated[Any, pydantic.Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})]]
+        Annotated[
+            list[
+                Annotated[
+                    Any, pydantic.Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
+                ]
+            ],
+            pydantic.Field(min_length=1, max_length=1000),
+        ]
         | None
     ) = None
 
@@ -144,6 +152,16 @@ class TuningSweepSpec(base.ApiModel):
             if distribution.type == DistributionKind.GRID and distribution.values:
                 size *= len(distribution.values)
         return size
+
+
+# Fields that cannot change while a sweep exists: a new attempt restores the Ray Tune experiment, whose
+# searcher state and trial checkpoints were made for these values.
+IMMUTABLE_FIELDS: tuple[tuple[str, ...], ...] = (
+    ("searchSpace",),
+    ("objective",),
+    ("algorithm",),
+    *(("template", *path) for path in trainingjob.IMMUTABLE_FIELDS),
+)
 
 
 def _template_has_path(dotted: str) -> bool:

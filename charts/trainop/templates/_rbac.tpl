@@ -1,0 +1,69 @@
+{{/*
+THE permissions of the trainop operator: one list, independent of .Values (nothing below may read them;
+tests/chart renders it with different values files and compares). charts/trainop/README.md lists the same
+rules in a table, and tests/chart checks table and template against each other and, on a real apiserver,
+that the ServiceAccount can do exactly this and no more (no secrets, no escalate/bind, no pods/exec).
+
+"trainop.rbac.namespacedRules" are granted cluster-wide (ClusterRoleBinding) or, with watchNamespaces,
+per watched namespace (one RoleBinding per namespace to the same ClusterRole).
+"trainop.rbac.clusterRules" are about cluster-scoped resources and always need a ClusterRoleBinding.
+*/}}
+
+{{- define "trainop.rbac.namespacedRules" -}}
+# The API objects: kopf watches them; the operator reads one before reconciling it, patches its
+# trainop.dev/applied-spec annotation, and deletes it once spec.ttlSecondsAfterFinished has passed.
+- apiGroups: ["trainop.dev"]
+  resources: ["trainingjobs", "tuningsweeps"]
+  verbs: ["get", "list", "watch", "patch", "delete"]
+# Status subresource: the operator writes phase, conditions, attempts. It also creates each job's Role
+# granting get+patch on that one job's status (for the trainer's rank 0); RBAC allows that without the
+# escalate verb only because the operator holds both verbs itself.
+- apiGroups: ["trainop.dev"]
+  resources: ["trainingjobs/status", "tuningsweeps/status"]
+  verbs: ["get", "patch"]
+# Children carry controller ownerReferences with blockOwnerDeletion=true; clusters running the
+# OwnerReferencesPermissionEnforcement admission plugin (e.g. OpenShift) require this to set them.
+- apiGroups: ["trainop.dev"]
+  resources: ["trainingjobs/finalizers", "tuningsweeps/finalizers"]
+  verbs: ["update"]
+# One RayJob per attempt: created, never patched (a RayJob's spec is fixed), old attempts deleted.
+- apiGroups: ["ray.io"]
+  resources: ["rayjobs"]
+  verbs: ["get", "list", "watch", "create", "delete"]
+# Read-only: KubeRay's RayCluster of the current attempt tells why it is not ready.
+- apiGroups: ["ray.io"]
+  resources: ["rayclusters"]
+  verbs: ["get", "list", "watch"]
+# The checkpoint claim: created once, never changed (watched to notice it bound or lost).
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
+  verbs: ["get", "list", "watch", "create"]
+# Per-job children kept in line with the spec: the trainer's config, the job's ServiceAccount, and its
+# Role and RoleBinding.
+- apiGroups: [""]
+  resources: ["configmaps", "serviceaccounts"]
+  verbs: ["get", "create", "patch"]
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["roles", "rolebindings"]
+  verbs: ["get", "create", "patch"]
+# Events on jobs (kopf's and the operator's, both core/v1).
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+# Read-only: the job's pods explain image-pull and scheduling problems on its status.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch"]
+{{- end }}
+
+{{- define "trainop.rbac.clusterRules" -}}
+# kopf: discovers and follows CRDs (ours appearing, KubeRay's being installed later).
+- apiGroups: ["apiextensions.k8s.io"]
+  resources: ["customresourcedefinitions"]
+  verbs: ["list", "watch"]
+# kopf, with --namespace: resolves the names/patterns to namespaces and follows them coming and going
+# (unused when serving all namespaces; kept so the list does not depend on values).
+- apiGroups: [""]
+  resources: ["namespaces"]
+  verbs: ["list", "watch"]
+{{- end }}

@@ -1,0 +1,618 @@
+"""A real Kubernetes control plane on loopback: etcd + kube-apiserver (+ kube-controller-manager).
+
+Owns the lifecycle of one such cluster: a data dir under the system temp dir, a fresh PKI, the processes
+and their flags, readiness (etcd /health, apiserver /readyz, controller-manager /healthz), CRD
+installation (ours from ``crds/`` and KubeRay's, waited until Established), kubeconfigs, and teardown that
+leaves no process behind. It also offers the handful of helpers integration tests share: namespaces,
+ServiceAccount tokens via the TokenRequest API, an ApiClient, and kubectl/helm invocations with a
+hermetic environment.
+
+What it deliberately does not run: a scheduler or kubelet (no pod ever runs; KubeRay's Go controller is
+absent too, so RayJobs are stored and validated but never reconciled). The controller-manager runs only
+the garbage collector, namespace and serviceaccount(-token) controllers, so owner references and namespace
+deletion behave as in a real cluster.
+
+Flags are chosen for a fast, single-user, throwaway cluster: etcd skips fsync (data is discarded at
+teardown), and authorization is still Node,RBAC so permission tests mean something.
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures
+import dataclasses
+import functools
+import json
+import os
+import re
+import shutil
+import ssl
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+
+from . import assets as assets_module
+from . import kubeconfig, pki, processes
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+#: Our CRDs, generated from the pydantic models by the operator package.
+DEFAULT_CRD_DIR = REPO_ROOT / "crds"
+SERVICE_CIDR = "10.0.0.0/24"
+SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+CONTROLLERS = (
+    "garbage-collector-controller",
+    "namespace-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+)
+_PORT_RETRIES = 3
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ControlPlaneSettings:
+    """How to start a :class:`ControlPlane`."""
+
+    #: CRD YAML files to install after the apiserver is ready (multi-document files are fine).
+    crd_paths: Sequence[Path] = ()
+    #: Install KubeRay's RayCluster and RayJob CRDs from the asset cache.
+    install_kuberay_crds: bool = True
+    #: Start kube-controller-manager (garbage collection, namespace deletion, default ServiceAccounts).
+    controller_manager: bool = True
+    #: Parent of the data dir; None means the system temp dir.
+    root_dir: Path | None = None
+    #: Keep the data dir (logs, etcd data, certificates) after stop, for post-mortems.
+    keep_data_dir: bool = False
+    #: Per-phase timeout.
+    start_timeout_s: float = 60.0
+    extra_apiserver_args: Sequence[str] = ()
+
+
+def default_crd_paths(directory: Path = DEFAULT_CRD_DIR) -> tuple[Path, ...]:
+    """Every ``*.yaml``/``*.yml`` in ``directory``, sorted; empty when the directory does not exist."""
+    if not directory.is_dir():
+        return ()
+    return tuple(sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]))
+
+
+def split_yaml_documents(text: str) -> list[str]:
+    """Split a multi-document YAML stream on ``---`` lines, dropping empty and comment-only documents.
+
+    Kept textual on purpose: KubeRay's CRDs are megabytes of YAML that PyYAML needs seconds to parse,
+    while the apiserver parses them in milliseconds when sent as ``application/yaml``.
+    """
+    documents = re.split(r"^---[ \t]*(?:#.*)?$", text, flags=re.MULTILINE)
+    meaningful = []
+    for document in documents:
+        body = [line for line in document.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+        if body:
+            meaningful.append(document)
+    return meaningful
+
+
+class ControlPlane:
+    """One running cluster. Use as a context manager, or call :meth:`start` and :meth:`stop`."""
+
+    def __init__(self, *, assets: assets_module.Assets, settings: ControlPlaneSettings | None = None) -> None:
+        if not assets.runnable:
+            raise assets_module.AssetsUnavailable(f"missing {assets.missing}; {assets_module.HOW_TO_ENABLE}")
+        self.assets = assets
+        self.settings = settings or ControlPlaneSettings()
+        if self.settings.install_kuberay_crds and not assets.kuberay_crds:
+            raise assets_module.AssetsUnavailable(
+                f"no KubeRay CRDs in {assets_module.cache_root()}; {assets_module.HOW_TO_BUILD}"
+            )
+        self._data_dir: Path | None = None
+        self._pki: pki.ControlPlanePKI | None = None
+        self.server_url = ""
+        self.kubeconfig_path = Path()
+        #: Seconds each start phase took (etcd, apiserver, crds, controller_manager, total).
+        self.timings: dict[str, float] = {}
+        #: Names of the CRDs installed at start.
+        self.crd_names: list[str] = []
+        self._processes: dict[str, processes.ManagedProcess] = {}
+        self._ssl_context: ssl.SSLContext | None = None
+        self._api_client: kubernetes.client.ApiClient | None = None
+
+    @property
+    def data_dir(self) -> Path:
+        """Logs (``logs/<component>.log``), etcd data, certificates and kubeconfigs of this cluster."""
+        if self._data_dir is None:
+            raise RuntimeError("control plane not started")
+        return self._data_dir
+
+    @property
+    def pki(self) -> pki.ControlPlanePKI:
+        if self._pki is None:
+            raise RuntimeError("control plane not started")
+        return self._pki
+
+    # ------------------------------------------------------------------------------------ lifecycle
+    def __enter__(self) -> ControlPlane:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Start etcd and the apiserver, install CRDs, start the controller-manager; raise with log tails."""
+        started = time.monotonic()
+        root = self.settings.root_dir
+        if root is not None:
+            root.mkdir(parents=True, exist_ok=True)
+        self._data_dir = Path(tempfile.mkdtemp(prefix="trainop-controlplane-", dir=root))
+        atexit.register(self.stop)
+        try:
+            self._pki = pki.generate(self.data_dir / "pki")
+            etcd_url = self._start_etcd()
+            self._start_apiserver(etcd_url)
+            self._install_crds()
+            if self.settings.controller_manager and self.assets.kube_controller_manager is not None:
+                self._start_controller_manager()
+        except BaseException:
+            self.stop(keep_data_dir=True)
+            raise
+        self.timings["total"] = time.monotonic() - started
+
+    def stop(self, *, keep_data_dir: bool | None = None) -> None:
+        """Stop every process (controller-manager, apiserver, etcd) and remove the data dir. Idempotent."""
+        for name in ("kube-controller-manager", "kube-apiserver", "etcd"):
+            if (process := self._processes.pop(name, None)) is not None:
+                process.stop()
+        if self._api_client is not None:
+            self._api_client.close()  # type: ignore[no-untyped-call]
+            self._api_client = None
+        keep = self.settings.keep_data_dir if keep_data_dir is None else keep_data_dir
+        if self._data_dir is not None and not keep:
+            shutil.rmtree(self._data_dir, ignore_errors=True)
+        atexit.unregister(self.stop)
+
+    # ------------------------------------------------------------------------------------ processes
+    def _log_path(self, name: str) -> Path:
+        return self.data_dir / "logs" / f"{name}.log"
+
+    def _start_with_free_ports(
+        self,
+        name: str,
+        *,
+        num_ports: int,
+        argv_for: Callable[[list[int]], list[str]],
+        ready: Callable[[list[int]], bool],
+    ) -> list[int]:
+        """Start ``name`` on fresh loopback ports, retrying when a port was taken between pick and bind."""
+        for attempt in range(1, _PORT_RETRIES + 1):
+            ports = [processes.free_loopback_port() for _ in range(num_ports)]
+            process = processes.ManagedProcess.start(
+                name=name, argv=argv_for(ports), log_path=self._log_path(name)
+            )
+            self._processes[name] = process
+            try:
+                process.wait_healthy(
+                    functools.partial(ready, ports),
+                    timeout_s=self.settings.start_timeout_s,
+                    what="did not become ready",
+                )
+                return ports
+            except processes.ProcessFailed:
+                process.stop()
+                port_taken = "address already in use" in process.log_tail(num_lines=200)
+                if not port_taken or attempt == _PORT_RETRIES:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start_etcd(self) -> str:
+        assert self.assets.etcd is not None
+        started = time.monotonic()
+
+        def argv(ports: list[int]) -> list[str]:
+            client, peer = (f"http://127.0.0.1:{port}" for port in ports)
+            return [
+                str(self.assets.etcd),
+                "--name=trainop-test",
+                f"--data-dir={self.data_dir / 'etcd'}",
+                f"--listen-client-urls={client}",
+                f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=trainop-test={peer}",
+                # Throwaway data: skipping fsync makes every apiserver write several times faster.
+                "--unsafe-no-fsync=true",
+                "--log-level=warn",
+            ]
+
+        ports = self._start_with_free_ports(
+            "etcd",
+            num_ports=2,
+            argv_for=argv,
+            ready=lambda ports: processes.http_ok(f"http://127.0.0.1:{ports[0]}/health"),
+        )
+        self.timings["etcd"] = time.monotonic() - started
+        return f"http://127.0.0.1:{ports[0]}"
+
+    def _start_apiserver(self, etcd_url: str) -> None:
+        assert self.assets.kube_apiserver is not None
+        started = time.monotonic()
+        tls = self.pki
+        context = ssl.create_default_context(cafile=str(tls.ca_cert_path))
+        context.load_cert_chain(str(tls.admin.cert_path), str(tls.admin.key_path))
+        self._ssl_context = context
+
+        def argv(ports: list[int]) -> list[str]:
+            return [
+                str(self.assets.kube_apiserver),
+                f"--etcd-servers={etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={ports[0]}",
+                f"--cert-dir={self.data_dir / 'apiserver-certs'}",
+                f"--tls-cert-file={tls.serving.cert_path}",
+                f"--tls-private-key-file={tls.serving.key_path}",
+                f"--client-ca-file={tls.ca_cert_path}",
+                "--authorization-mode=Node,RBAC",
+                f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+                f"--api-audiences={SERVICE_ACCOUNT_ISSUER}",
+                f"--service-account-key-file={tls.service_account_public_key_path}",
+                f"--service-account-signing-key-file={tls.service_account_private_key_path}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--allow-privileged=true",
+                "--profiling=false",
+                # Since 1.37 the endpoint reconciler refuses a loopback advertise address; nothing runs
+                # in-cluster that would use the `kubernetes` Service endpoints anyway.
+                "--endpoint-reconciler-type=none",
+                *self.settings.extra_apiserver_args,
+            ]
+
+        ports = self._start_with_free_ports(
+            "kube-apiserver",
+            num_ports=1,
+            argv_for=argv,
+            ready=lambda ports: (
+                processes.https_status(f"https://127.0.0.1:{ports[0]}/readyz", ssl_context=context)[0] == 200
+            ),
+        )
+        self.server_url = f"https://127.0.0.1:{ports[0]}"
+        self.kubeconfig_path = kubeconfig.write(
+            self.data_dir / "kubeconfig",
+            server=self.server_url,
+            ca_cert_path=tls.ca_cert_path,
+            client_cert_path=tls.admin.cert_path,
+            client_key_path=tls.admin.key_path,
+        )
+        self.timings["apiserver"] = time.monotonic() - started
+
+    def _start_controller_manager(self) -> None:
+        assert self.assets.kube_controller_manager is not None
+        started = time.monotonic()
+        tls = self.pki
+        config = kubeconfig.write(
+            self.data_dir / "controller-manager.kubeconfig",
+            server=self.server_url,
+            ca_cert_path=tls.ca_cert_path,
+            client_cert_path=tls.controller_manager.cert_path,
+            client_key_path=tls.controller_manager.key_path,
+            user="system:kube-controller-manager",
+        )
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE  # its serving cert is self-signed in --cert-dir; loopback only
+
+        def argv(ports: list[int]) -> list[str]:
+            return [
+                str(self.assets.kube_controller_manager),
+                # No --authentication/authorization-kubeconfig: delegated auth would poll for a
+                # request-header CA this cluster has no use for. /healthz stays reachable because it is
+                # in --authorization-always-allow-paths.
+                f"--kubeconfig={config}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={ports[0]}",
+                f"--cert-dir={self.data_dir / 'controller-manager-certs'}",
+                "--leader-elect=false",
+                f"--controllers={','.join(CONTROLLERS)}",
+                # Each controller acts as its own ServiceAccount under the bootstrap RBAC roles, as in
+                # kubeadm clusters, instead of one all-powerful identity.
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={tls.service_account_private_key_path}",
+                f"--root-ca-file={tls.ca_cert_path}",
+                # Namespace teardown deletes every resource type; default QPS (20) makes it crawl.
+                "--kube-api-qps=200",
+                "--kube-api-burst=400",
+            ]
+
+        self._start_with_free_ports(
+            "kube-controller-manager",
+            num_ports=1,
+            argv_for=argv,
+            ready=lambda ports: (
+                processes.https_status(f"https://127.0.0.1:{ports[0]}/healthz", ssl_context=insecure)[0]
+                == 200
+            ),
+        )
+        self.timings["controller_manager"] = time.monotonic() - started
+
+    # -------------------------------------------------------------------------------------- requests
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: bytes | None = None,
+        content_type: str = "application/json",
+    ) -> tuple[int, dict[str, Any]]:
+        """Raw admin request to the apiserver; returns (HTTP status, decoded JSON body)."""
+        assert self._ssl_context is not None, "control plane not started"
+        request = urllib.request.Request(
+            self.server_url + path,
+            data=body,
+            method=method,
+            headers={"Content-Type": content_type, "Accept": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, context=self._ssl_context, timeout=60) as response:
+                return int(response.status), json.loads(response.read() or b"{}")
+        except urllib.error.HTTPError as error:
+            return int(error.code), json.loads(error.read() or b"{}")
+
+    # ------------------------------------------------------------------------------------------ CRDs
+    def _install_crds(self) -> None:
+        started = time.monotonic()
+        paths = list(self.settings.crd_paths)
+        if self.settings.install_kuberay_crds:
+            paths += self.assets.kuberay_crds
+        self.crd_names = self.install_crds(paths)
+        self.timings["crds"] = time.monotonic() - started
+
+    def install_crds(self, paths: Sequence[Path], *, timeout_s: float | None = None) -> list[str]:
+        """Create (or server-side apply, if present) every CRD in ``paths``; wait until all are Established.
+
+        CRDs are sent to the apiserver as YAML untouched: KubeRay's are over a megabyte each, too big for
+        client-side apply's last-applied annotation and slow to parse in Python. They are sent
+        concurrently because the apiserver spends most of each request compiling the schema.
+
+        CRDs installed after start reach the garbage collector at its next discovery resync (~30 s);
+        owner references to their kinds are honoured from then on.
+        """
+        documents = [
+            (path, document) for path in paths for document in split_yaml_documents(path.read_text())
+        ]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+            names = list(pool.map(lambda item: self._create_or_apply_crd(*item), documents))
+        self.wait_crds_established(names, timeout_s=timeout_s or self.settings.start_timeout_s)
+        return names
+
+    def _create_or_apply_crd(self, path: Path, document: str) -> str:
+        base = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+        status, body = self.request("POST", base, body=document.encode(), content_type="application/yaml")
+        if status == 409:
+            status, body = self.request(
+                "PATCH",
+                f"{base}/{body['details']['name']}?fieldManager=trainop-controlplane&force=true",
+                body=document.encode(),
+                content_type="application/apply-patch+yaml",
+            )
+        if status not in (200, 201):
+            raise RuntimeError(
+                f"the apiserver rejected the CRD in {path} ({status}): {body.get('message', body)}"
+            )
+        name: str = body["metadata"]["name"]
+        return name
+
+    def wait_crds_established(self, names: Sequence[str], *, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        pending = list(names)
+        while pending:
+            status, body = self.request(
+                "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{pending[0]}"
+            )
+            # status.conditions is null until the CRD controllers have looked at the new object.
+            raw_conditions = (body.get("status") or {}).get("conditions") or []
+            conditions = {condition["type"]: condition["status"] for condition in raw_conditions}
+            if status == 200 and conditions.get("Established") == "True":
+                pending.pop(0)
+                continue
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"CRD {pending[0]} not Established within {timeout_s:.0f}s: {conditions}")
+            time.sleep(0.05)
+
+    # ------------------------------------------------------------------------------------ inspection
+    @property
+    def controller_manager_running(self) -> bool:
+        process = self._processes.get("kube-controller-manager")
+        return process is not None and process.is_running()
+
+    def all_running(self) -> bool:
+        """True while every started component is still alive."""
+        return bool(self._processes) and all(process.is_running() for process in self._processes.values())
+
+    def rss_bytes(self) -> dict[str, int | None]:
+        """Resident memory of each running component, for the docs' numbers and leak hunting."""
+        return {name: process.rss_bytes() for name, process in self._processes.items()}
+
+    def pids(self) -> dict[str, int]:
+        return {name: process.pid for name, process in self._processes.items()}
+
+    def log_tails(self, *, num_lines: int = 30) -> str:
+        """Last lines of every component's log, for failure reports."""
+        return "\n".join(
+            f"----- {name} ({process.log_path}) -----\n{process.log_tail(num_lines=num_lines)}"
+            for name, process in self._processes.items()
+        )
+
+    # --------------------------------------------------------------------------------------- clients
+    def api_client(self, *, token: str | None = None) -> kubernetes.client.ApiClient:
+        """An ApiClient as the admin (shared: do not close it) or as bearer ``token`` (new: caller closes)."""
+        if token is None and self._api_client is not None:
+            return self._api_client
+        configuration = kubernetes.client.Configuration()
+        configuration.host = self.server_url
+        configuration.ssl_ca_cert = str(self.pki.ca_cert_path)
+        if token is None:
+            configuration.cert_file = str(self.pki.admin.cert_path)
+            configuration.key_file = str(self.pki.admin.key_path)
+            self._api_client = kubernetes.client.ApiClient(configuration)
+            return self._api_client
+        configuration.api_key = {"BearerToken": f"Bearer {token}"}
+        return kubernetes.client.ApiClient(configuration)
+
+    def kubeconfig_for_token(self, token: str, *, namespace: str = "default") -> Path:
+        """Write a kubeconfig that authenticates only with ``token`` (no client certificate)."""
+        path = self.data_dir / f"kubeconfig-token-{uuid.uuid4().hex[:8]}"
+        return kubeconfig.write(
+            path,
+            server=self.server_url,
+            ca_cert_path=self.pki.ca_cert_path,
+            token=token,
+            namespace=namespace,
+            user="token",
+        )
+
+    def tool_env(self, *, kubeconfig_path: Path | None = None) -> dict[str, str]:
+        """Environment for kubectl/helm/kopf subprocesses: our kubeconfig, caches inside the data dir.
+
+        kubectl and helm otherwise write discovery caches and repository state under $HOME.
+        """
+        tool_dirs = [str(path.parent) for path in (self.assets.kubectl, self.assets.helm) if path is not None]
+        return {
+            **os.environ,
+            "KUBECONFIG": str(kubeconfig_path or self.kubeconfig_path),
+            "KUBECACHEDIR": str(self.data_dir / "kube-cache"),
+            "HELM_CACHE_HOME": str(self.data_dir / "helm" / "cache"),
+            "HELM_CONFIG_HOME": str(self.data_dir / "helm" / "config"),
+            "HELM_DATA_HOME": str(self.data_dir / "helm" / "data"),
+            "PATH": os.pathsep.join([*dict.fromkeys(tool_dirs), os.environ.get("PATH", "")]),
+        }
+
+    def _run_tool(
+        self,
+        binary: Path | None,
+        name: str,
+        args: Sequence[str],
+        *,
+        kubeconfig_path: Path | None,
+        input: str | None,
+        check: bool,
+        timeout_s: float,
+    ) -> subprocess.CompletedProcess[str]:
+        if binary is None:
+            raise assets_module.AssetsUnavailable(f"no {name} binary; {assets_module.HOW_TO_BUILD}")
+        result = subprocess.run(
+            [str(binary), *args],
+            env=self.tool_env(kubeconfig_path=kubeconfig_path),
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+        if check and result.returncode != 0:
+            raise subprocess.CalledProcessError(result.returncode, result.args, result.stdout, result.stderr)
+        return result
+
+    def kubectl(
+        self,
+        *args: str,
+        kubeconfig_path: Path | None = None,
+        input: str | None = None,
+        check: bool = True,
+        timeout_s: float = 60,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run our kubectl against this cluster; with ``check``, raise CalledProcessError on failure."""
+        return self._run_tool(
+            self.assets.kubectl,
+            "kubectl",
+            args,
+            kubeconfig_path=kubeconfig_path,
+            input=input,
+            check=check,
+            timeout_s=timeout_s,
+        )
+
+    def helm(
+        self,
+        *args: str,
+        kubeconfig_path: Path | None = None,
+        input: str | None = None,
+        check: bool = True,
+        timeout_s: float = 120,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run our helm against this cluster with hermetic HELM_*_HOME dirs."""
+        return self._run_tool(
+            self.assets.helm,
+            "helm",
+            args,
+            kubeconfig_path=kubeconfig_path,
+            input=input,
+            check=check,
+            timeout_s=timeout_s,
+        )
+
+    # ------------------------------------------------------------------------------ namespaced helpers
+    def create_namespace(self, name: str | None = None, *, prefix: str = "test-") -> str:
+        """Create a namespace (a unique ``prefix``-name when ``name`` is None) and return its name."""
+        name = name or f"{prefix}{uuid.uuid4().hex[:10]}"
+        core = kubernetes.client.CoreV1Api(self.api_client())
+        core.create_namespace(
+            kubernetes.client.V1Namespace(metadata=kubernetes.client.V1ObjectMeta(name=name))
+        )
+        return name
+
+    def delete_namespace(self, name: str, *, wait: bool = False, timeout_s: float = 60) -> None:
+        """Delete a namespace; with ``wait``, until it is gone (needs the controller-manager running)."""
+        core = kubernetes.client.CoreV1Api(self.api_client())
+        try:
+            core.delete_namespace(name)
+        except kubernetes.client.ApiException as error:
+            if error.status != 404:
+                raise
+            return
+        deadline = time.monotonic() + timeout_s
+        while wait:
+            try:
+                core.read_namespace(name)
+            except kubernetes.client.ApiException as error:
+                if error.status == 404:
+                    return
+                raise
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"namespace {name} still present {timeout_s:.0f}s after deletion")
+            time.sleep(0.2)
+
+    def service_account_token(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        create: bool = True,
+        audiences: Sequence[str] = (),
+        expiration_seconds: int = 3600,
+    ) -> str:
+        """A bound token for ServiceAccount ``namespace/name`` from the TokenRequest API.
+
+        Creates the ServiceAccount first when ``create`` (an existing one is fine). ``audiences`` default
+        to the apiserver's own (--api-audiences), so the token authenticates against this cluster.
+        """
+        core = kubernetes.client.CoreV1Api(self.api_client())
+        if create:
+            try:
+                core.create_namespaced_service_account(
+                    namespace,
+                    kubernetes.client.V1ServiceAccount(metadata=kubernetes.client.V1ObjectMeta(name=name)),
+                )
+            except kubernetes.client.ApiException as error:
+                if error.status != 409:
+                    raise
+        request = kubernetes.client.AuthenticationV1TokenRequest(
+            spec=kubernetes.client.V1TokenRequestSpec(
+                audiences=list(audiences), expiration_seconds=expiration_seconds
+            )
+        )
+        response = core.create_namespaced_service_account_token(name, namespace, request)
+        if response.status is None or not response.status.token:
+            raise RuntimeError(f"TokenRequest for {namespace}/{name} returned no token")
+        return response.status.token
