@@ -1,0 +1,17 @@
+"""The trainop operator: reconciles TrainingJobs and TuningSweeps into KubeRay RayJobs and their children.
+
+Layers, each a module with one concern (imported as modules, names used qualified):
+
+    kinds, meta           what differs per kind; names, labels, owner references          pure
+    acceptance            which spec runs (re-validation, immutable fields)                 pure
+    children, rayjob      desired children: claim, ConfigMap, RBAC, RayJob                  pure
+    observe               RayJob/claim/pod JSON -> observations                             pure
+    status, conditions    the phase state machine -> Decision                               pure
+    kube, apply, events   the API: dict client, create-or-patch, Events                     I/O
+    reconcile             read -> decide -> write, for one owner                            I/O
+    workqueue, engine     keyed queue, workers, routing of watch events                     runtime
+    handlers, main        kopf handlers and the process (``run``)                          runtime
+    metrics, failpoints   Prometheus series; crash points for kill-recovery tests
+
+Nothing here registers kopf handlers at import time: ``main.run`` builds a private registry.
+"""

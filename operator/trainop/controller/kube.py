@@ -1,0 +1,193 @@
+"""A small dict-in, dict-out async client for the Kubernetes API, on ``kubernetes.aio``'s ApiClient.
+
+The operator handles every object as plain JSON (its builders return dicts, its observations read
+dicts), so it uses the official client's transport, authentication and kubeconfig/in-cluster loading,
+but not its generated model classes: one code path serves ConfigMaps, RBAC, claims, pods, our CRs and
+KubeRay's RayJobs alike. Writes use ``fieldValidation=Strict`` so that a typo in a builder fails loudly
+instead of being pruned by the apiserver, and a fixed field manager (``trainop``).
+
+This module must not decide anything; it only speaks HTTP.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from kubernetes.aio import client as aio_client
+from kubernetes.aio import config as aio_config
+
+FIELD_MANAGER = "trainop"
+
+
+@dataclasses.dataclass(frozen=True)
+class Resource:
+    """An API resource: ``Resource("ray.io/v1", "rayjobs")``."""
+
+    api_version: str
+    plural: str
+
+    def path(self, namespace: str, name: str | None = None, subresource: str | None = None) -> str:
+        prefix = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
+        path = f"{prefix}/namespaces/{namespace}/{self.plural}"
+        if name is not None:
+            path += f"/{name}"
+        if subresource is not None:
+            path += f"/{subresource}"
+        return path
+
+
+CONFIG_MAPS = Resource("v1", "configmaps")
+CLAIMS = Resource("v1", "persistentvolumeclaims")
+PODS = Resource("v1", "pods")
+SERVICE_ACCOUNTS = Resource("v1", "serviceaccounts")
+EVENTS = Resource("v1", "events")
+ROLES = Resource("rbac.authorization.k8s.io/v1", "roles")
+ROLE_BINDINGS = Resource("rbac.authorization.k8s.io/v1", "rolebindings")
+RAY_JOBS = Resource("ray.io/v1", "rayjobs")
+RAY_CLUSTERS = Resource("ray.io/v1", "rayclusters")
+BY_KIND: Mapping[str, Resource] = {
+    "ConfigMap": CONFIG_MAPS,
+    "PersistentVolumeClaim": CLAIMS,
+    "Pod": PODS,
+    "ServiceAccount": SERVICE_ACCOUNTS,
+    "Role": ROLES,
+    "RoleBinding": ROLE_BINDINGS,
+    "RayJob": RAY_JOBS,
+    "RayCluster": RAY_CLUSTERS,
+}
+
+
+def in_cluster(kubeconfig: str | None) -> bool:
+    return kubeconfig is None and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
+async def load_configuration(kubeconfig: str | None) -> aio_client.Configuration:
+    """In a pod: the ServiceAccount; elsewhere: ``kubeconfig``, else $KUBECONFIG, else ~/.kube/config."""
+    configuration = aio_client.Configuration()
+    if in_cluster(kubeconfig):
+        aio_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    else:
+        path = kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+        await aio_config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=path, client_configuration=configuration
+        )
+    return configuration
+
+
+class ApiError(Exception):
+    """A non-2xx answer: ``status`` is the HTTP code, ``message`` the apiserver's sentence."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+class Kube:
+    def __init__(self, api_client: aio_client.ApiClient) -> None:
+        self._api = api_client
+
+    @classmethod
+    async def connect(cls, kubeconfig: str | None = None) -> Kube:
+        return cls(aio_client.ApiClient(await load_configuration(kubeconfig)))
+
+    async def close(self) -> None:
+        await self._api.close()  # type: ignore[no-untyped-call]
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        params = await self._api.param_serialize(
+            method,
+            path,
+            query_params=list((query or {}).items()),
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = await self._api.call_api(*params)
+        raw = await response.read()  # type: ignore[no-untyped-call]
+        data: dict[str, Any] = json.loads(raw) if raw else {}
+        if response.status >= 400:
+            raise ApiError(
+                response.status, str(data.get("reason") or response.reason), str(data.get("message") or raw)
+            )
+        return data
+
+    # ---------------------------------------------------------------------------------------- verbs
+    async def get(self, resource: Resource, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return await self.request("GET", resource.path(namespace, name))
+        except ApiError as error:
+            if error.status == 404:
+                return None
+            raise
+
+    async def list(self, resource: Resource, namespace: str, *, label_selector: str) -> list[dict[str, Any]]:
+        """Objects matching ``label_selector`` (server-side); [] when the resource type is not installed."""
+        try:
+            data = await self.request(
+                "GET", resource.path(namespace), query={"labelSelector": label_selector}
+            )
+        except ApiError as error:
+            if error.status == 404:
+                return []
+            raise
+        return list(data.get("items") or [])
+
+    async def create(self, resource: Resource, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return await self.request(
+            "POST",
+            resource.path(namespace),
+            query={"fieldManager": FIELD_MANAGER, "fieldValidation": "Strict"},
+            body=dict(body),
+        )
+
+    async def patch(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        patch: Mapping[str, Any],
+        *,
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        """A JSON merge patch (RFC 7386): lists are replaced whole, null removes a key."""
+        return await self.request(
+            "PATCH",
+            resource.path(namespace, name, subresource),
+            query={"fieldManager": FIELD_MANAGER, "fieldValidation": "Strict"},
+            body=dict(patch),
+            content_type="application/merge-patch+json",
+        )
+
+    async def delete(self, resource: Resource, namespace: str, name: str, *, uid: str | None = None) -> bool:
+        """Delete in the background (the garbage collector removes dependents); False when already gone.
+
+        With ``uid``, only that incarnation of the object is deleted (a precondition), never a namesake.
+        """
+        body: dict[str, Any] = {
+            "kind": "DeleteOptions",
+            "apiVersion": "v1",
+            "propagationPolicy": "Background",
+        }
+        if uid is not None:
+            body["preconditions"] = {"uid": uid}
+        try:
+            await self.request("DELETE", resource.path(namespace, name), body=body)
+        except ApiError as error:
+            if error.status in (404, 409):
+                return False
+            raise
+        return True

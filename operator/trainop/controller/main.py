@@ -1,0 +1,127 @@
+"""Running the operator: ``run(namespaces, liveness_port=..., metrics_port=...)`` (``trainop operator``).
+
+Wires the parts and hands control to kopf: a ``kube.Kube`` client, the ``reconcile.Reconciler``, the
+``engine.Engine`` with its worker tasks, the kopf handlers on a private registry (importing this package
+registers nothing globally, so tests can run several operators in one process), kopf's liveness
+endpoint, and prometheus-client's HTTP server for ``metrics.REGISTRY`` on its own port.
+
+Scope: every namespace (``namespaces=None``) or the listed ones (kopf namespace patterns, e.g.
+``["team-a", "ml-*"]``). The operator runs standalone (one replica); with ``peering`` set it joins a
+kopf peering object so that only one of several replicas acts at a time. This module must not reconcile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import kopf
+
+from trainop.controller import engine, handlers, kube, metrics, reconcile
+
+log = logging.getLogger(__name__)
+
+
+def run(
+    namespaces: Sequence[str] | None = None,
+    *,
+    liveness_port: int | None = 8080,
+    metrics_port: int | None = 9100,
+    kubeconfig: str | None = None,
+    log_format: str = "plain",
+    verbose: bool = False,
+    workers: int = 4,
+    peering: str | None = None,
+) -> int:
+    """Run the operator until SIGINT/SIGTERM; returns the process exit code (0).
+
+    namespaces     None watches every namespace; otherwise the listed names or kopf glob patterns.
+    liveness_port  kopf's liveness endpoint (http://0.0.0.0:<port>/healthz); None disables it.
+    metrics_port   Prometheus metrics (http://0.0.0.0:<port>/metrics); None disables them.
+    kubeconfig     a kubeconfig path; default: in-cluster ServiceAccount, else $KUBECONFIG.
+    log_format     "plain", "full" or "json" (one JSON object per line, for log pipelines).
+    workers        concurrent reconciles (of different owners; one owner is never reconciled twice at once).
+    peering        a kopf peering name for multi-replica deployments; None runs standalone.
+    """
+    formats = {"plain": kopf.LogFormat.PLAIN, "full": kopf.LogFormat.FULL, "json": kopf.LogFormat.JSON}
+    kopf.configure(verbose=verbose, log_format=formats[log_format])
+    if not verbose:  # kopf logs every handled watch event at INFO; ours are one-line enqueues
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    if metrics_port is not None:
+        metrics.serve(metrics_port)
+    asyncio.run(
+        serve(
+            namespaces,
+            liveness_port=liveness_port,
+            kubeconfig=kubeconfig,
+            workers=workers,
+            peering=peering,
+        )
+    )
+    return 0
+
+
+async def serve(
+    namespaces: Sequence[str] | None,
+    *,
+    liveness_port: int | None,
+    kubeconfig: str | None,
+    workers: int,
+    peering: str | None,
+    stop_flag: asyncio.Event | threading.Event | None = None,
+    ready_flag: asyncio.Event | threading.Event | None = None,
+) -> None:
+    """The operator as a coroutine (embeddable: pass ``stop_flag`` to stop it)."""
+    client = await kube.Kube.connect(kubeconfig)
+    runtime = engine.Engine(reconcile.Reconciler(client), num_workers=workers)
+    registry = kopf.OperatorRegistry()
+    settings = kopf.OperatorSettings()
+    settings.posting.enabled = False  # our own Events (events.py); kopf's would repeat log lines
+    handlers.register(registry, settings, runtime)
+    _register_login(registry, kubeconfig)
+    runtime.start()
+    try:
+        await kopf.operator(
+            registry=registry,
+            settings=settings,
+            clusterwide=namespaces is None,
+            namespaces=list(namespaces or ()),
+            liveness_endpoint=f"http://0.0.0.0:{liveness_port}/healthz" if liveness_port else None,
+            standalone=peering is None,
+            peering_name=peering,
+            stop_flag=stop_flag,
+            ready_flag=ready_flag,
+        )
+    finally:
+        await runtime.stop()
+        with contextlib.suppress(Exception):
+            await client.close()
+
+
+def _register_login(registry: kopf.OperatorRegistry, kubeconfig: str | None) -> None:
+    """kopf's watch streams authenticate exactly like ``kube.Kube``: the pod's ServiceAccount, else the
+    kubeconfig (re-read at every login, so tokens from exec plugins are refreshed when kopf re-logs in).
+
+    A private registry gets none of kopf's implicit login handlers, so the choice is explicit here.
+    """
+
+    @kopf.on.login(registry=registry)
+    async def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        if kube.in_cluster(kubeconfig):
+            return kopf.login_with_service_account(**kwargs)
+        configuration = await kube.load_configuration(kubeconfig)
+        header = configuration.api_key.get("BearerToken") or configuration.api_key.get("authorization") or ""
+        scheme, _, token = header.partition(" ") if " " in header else ("", "", header)
+        return kopf.ConnectionInfo(
+            server=configuration.host,
+            ca_path=configuration.ssl_ca_cert,
+            insecure=not configuration.verify_ssl,
+            scheme=scheme or None,
+            token=token or None,
+            certificate_path=configuration.cert_file,
+            private_key_path=configuration.key_file,
+        )

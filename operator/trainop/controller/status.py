@@ -1,0 +1,415 @@
+"""The phase state machine: ``next_status(verdict, current, observed) -> Decision``, a pure function.
+
+::
+
+    (new) -> Pending -> Provisioning -> Running -> Succeeded
+               ^             |            |
+               |             +-----+------+--> Failed   (no restarts left, deadline, RayJob invalid/stopped)
+               |                   |
+               |                   v  (RayJob FAILED; restarts < failurePolicy.maxRestarts)
+               +----(backoff)--- Restarting              attempt N+1, same run name: resumes
+               |
+               +----(suspend: false)-- Suspended <-- (spec.suspend: true, from any unfinished phase)
+
+    Pending       the attempt's RayJob is created; KubeRay has not reported on it yet
+    Provisioning  KubeRay is creating the Ray cluster / submitting the Ray job
+    Running       the Ray job runs (KubeRay: jobStatus RUNNING)
+
+Only the operator-owned part of the status is read and written here (:class:`status_fields.OwnedStatus`); the
+trainer's fields (progress, checkpoint, network) never pass through this module, so a status patch made
+from its result cannot overwrite them.
+
+Restart timing is persisted, never only slept on: entering Restarting records ``nextRestartTime``; the
+next attempt starts on the first reconcile at or after it, whichever operator process runs it. A Decision
+carries ``requeue_after`` so the caller can schedule that reconcile. The caller must write the status
+before acting on the Decision (creating or deleting RayJobs): the status is the record of intent, so a
+crash between the two repeats the same actions and never loses a failure or double-counts a restart.
+
+Suspend is not a restart: resuming creates attempt N+1 but leaves ``restarts`` alone, and resets
+``startTime`` (the activeDeadlineSeconds clock stops while suspended, as for batch/v1 Jobs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Mapping
+
+from trainop.api import manifest
+from trainop.api.trainingjob import MAX_FAILURE_HISTORY, Children, Failure, FailurePolicy, Phase
+from trainop.controller import acceptance, conditions, kinds, observe, status_fields
+
+
+@dataclasses.dataclass(frozen=True)
+class Observed:
+    now: datetime.datetime
+    generation: int | None
+    # Every RayJob labelled with the owner, by name (only the current attempt's matters).
+    ray_jobs: Mapping[str, observe.RayJobObservation]
+    claim: observe.ClaimObservation | None
+    pod_problems: tuple[observe.Problem, ...] = ()
+    # Problems creating children in the previous reconcile, by child kind ("PersistentVolumeClaim", "RayJob").
+    create_errors: Mapping[str, observe.Problem] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+    # What makes this Event unique in the owner's life (a transition, at an attempt): the Event's name is
+    # derived from it, so a reconcile repeated after a crash posts it once, not twice.
+    key: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    status: status_fields.OwnedStatus
+    events: tuple[Event, ...] = ()
+    # The only RayJob of this owner that may exist; the caller deletes every other one.
+    ray_job: str | None = None
+    create_ray_job: bool = False
+    # Create or update the ConfigMap, claim, ServiceAccount, Role and RoleBinding.
+    apply_children: bool = False
+    delete_owner: bool = False
+    requeue_after: float | None = None
+    restarted: bool = False
+    time_to_running: float | None = None
+
+
+def restart_delay(policy: FailurePolicy, restarts: int) -> int:
+    """Seconds before restart number ``restarts + 1``: backoffSeconds doubling per restart, capped."""
+    return min(policy.backoff_seconds * int(2 ** min(restarts, 32)), policy.max_backoff_seconds)
+
+
+def next_status(
+    verdict: acceptance.Acceptance, current: status_fields.OwnedStatus, observed: Observed
+) -> Decision:
+    return _Transition(verdict, current, observed).run()
+
+
+class _Transition:
+    """One evaluation of the state machine; a class only to share the working copy between its steps."""
+
+    def __init__(
+        self, verdict: acceptance.Acceptance, current: status_fields.OwnedStatus, observed: Observed
+    ) -> None:
+        self.verdict = verdict
+        self.current = current
+        self.observed = observed
+        self.now = observed.now
+        self.status = current.model_copy(deep=True)
+        self.status.observed_generation = observed.generation
+        self.note: tuple[str, str] | None = None  # (reason, message) explaining the phase
+        self.events: list[Event] = []
+        self.requeues: list[float] = []
+        self.ray: observe.RayJobObservation | None = None
+
+    # ----------------------------------------------------------------------------------------- flow
+    def run(self) -> Decision:
+        resource = self.verdict.resource
+        if resource is None:
+            if not self._finished:
+                fields = "; ".join(str(e) for e in self.verdict.errors)
+                self._finish(Phase.FAILED, "InvalidSpec", f"The spec is invalid: {fields}.")
+            return self._decide(apply_children=False)
+        self._describe_children(resource)
+        life = kinds.lifecycle(resource)
+        if self._never_started_for_an_invalid_spec():
+            # The spec was fixed: the job failed before it ever ran, so it simply starts now.
+            self.status.phase = None
+            self.status.completion_time = None
+        if self._finished:
+            return self._after_finish(life)
+        if self.status.phase is None:
+            self.status.phase = Phase.PENDING
+        if self._deadline_passed(life):
+            return self._after_finish(life)
+        if life.suspend:
+            self._enter(
+                Phase.SUSPENDED,
+                "Suspended",
+                f"spec.suspend is true: the RayJob is deleted and checkpoints stay in claim "
+                f"{kinds.claim_name(resource)}. Set suspend to false to resume from the latest checkpoint.",
+            )
+            self.status.next_restart_time = None
+            return self._decide(apply_children=True)
+        if self.status.phase == Phase.SUSPENDED:
+            self.status.attempt += 1
+            self.status.start_time = _fmt(self.now)
+            self.status.phase = Phase.PENDING
+            self.events.append(
+                Event(
+                    "Normal",
+                    "Resumed",
+                    f"spec.suspend is false: attempt {self.status.attempt} resumes "
+                    "from the latest checkpoint.",
+                    key=f"resumed/{self.status.attempt}",
+                )
+            )
+        restarted = False
+        if self.status.phase == Phase.RESTARTING:
+            due = observe.parse_time(self.status.next_restart_time) or self.now
+            if self.now < due:
+                self.requeues.append((due - self.now).total_seconds())
+                return self._decide(apply_children=True)
+            self.status.attempt += 1
+            self.status.restarts += 1
+            self.status.next_restart_time = None
+            self.status.phase = Phase.PENDING
+            restarted = True
+        if self.status.attempt == 0:
+            self.status.attempt = 1
+            self.status.start_time = self.status.start_time or _fmt(self.now)
+        return self._follow_ray_job(resource, life, restarted=restarted)
+
+    def _follow_ray_job(
+        self, resource: manifest.Resource, life: kinds.Lifecycle, *, restarted: bool
+    ) -> Decision:
+        kind = self.verdict.kind
+        attempt = self.status.attempt
+        name = kind.ray_job_name(resource.metadata.name, attempt)
+        self.ray = ray = self.observed.ray_jobs.get(name)
+        state = ray.state if ray is not None else observe.AttemptState.ABSENT
+        was_running = self.current.phase == Phase.RUNNING
+        match state:
+            case observe.AttemptState.ABSENT:
+                self._enter(Phase.PENDING, "Pending", f"Creating RayJob {name} for attempt {attempt}.")
+            case observe.AttemptState.NEW:
+                self._enter(
+                    Phase.PENDING,
+                    "Pending",
+                    f"RayJob {name} (attempt {attempt}) is created; waiting for KubeRay to pick it up.",
+                )
+            case observe.AttemptState.STARTING:
+                self._enter(
+                    Phase.PROVISIONING,
+                    "Provisioning",
+                    f"KubeRay is starting the Ray cluster of RayJob {name} (attempt {attempt}).",
+                )
+            case observe.AttemptState.RUNNING:
+                self._enter(
+                    Phase.RUNNING,
+                    "Running",
+                    f"Attempt {attempt} runs in RayJob {name} with "
+                    f"{kinds.worker_replicas(resource)} worker pods.",
+                )
+            case observe.AttemptState.SUCCEEDED:
+                self._finish(Phase.SUCCEEDED, "Succeeded", f"Attempt {attempt} (RayJob {name}) finished.")
+                return self._after_finish(life)
+            case observe.AttemptState.STOPPED:
+                self._finish(
+                    Phase.FAILED,
+                    "RayJobStopped",
+                    f"The Ray job of RayJob {name} was stopped outside "
+                    "trainop (ray job stop); use spec.suspend to pause.",
+                )
+                return self._after_finish(life)
+            case observe.AttemptState.INVALID:
+                self._finish(
+                    Phase.FAILED,
+                    "RayJobValidationFailed",
+                    f"KubeRay refused RayJob {name}: {ray.message if ray else ''}",
+                )
+                return self._after_finish(life)
+            case observe.AttemptState.FAILED:
+                assert ray is not None
+                return self._after_failure(ray, life)
+        time_to_running = None
+        if self.status.phase == Phase.RUNNING and not was_running and ray is not None and ray.created:
+            time_to_running = max((self.now - ray.created).total_seconds(), 0.0)
+        self.status.children = _with_ray_job(self.status.children, name)
+        return self._decide(
+            apply_children=True,
+            ray_job=name,
+            create=True,
+            restarted=restarted,
+            time_to_running=time_to_running,
+        )
+
+    def _after_failure(self, ray: observe.RayJobObservation, life: kinds.Lifecycle) -> Decision:
+        attempt = self.status.attempt
+        failures = self.status.failures
+        if not failures or failures[-1].attempt != attempt:
+            failure = Failure(attempt=attempt, reason=ray.reason, message=ray.message, time=_fmt(self.now))
+            self.status.failures = [*failures, failure][-MAX_FAILURE_HISTORY:]
+        what = f"Attempt {attempt} failed ({ray.reason}: {ray.message or 'no message'})"
+        policy = life.failure_policy
+        if self.status.restarts >= policy.max_restarts:
+            self._finish(
+                Phase.FAILED,
+                ray.reason,
+                f"{what}; no restarts left (spec.failurePolicy.maxRestarts={policy.max_restarts}).",
+            )
+            return self._after_finish(life)
+        delay = restart_delay(policy, self.status.restarts)
+        due = _ceil_second(self.now + datetime.timedelta(seconds=delay))
+        self.status.next_restart_time = _fmt(due)
+        self._enter(
+            Phase.RESTARTING,
+            ray.reason,
+            f"{what}. Attempt {attempt + 1} starts at {_fmt(due)} (restart {self.status.restarts + 1} of "
+            f"{policy.max_restarts}) and resumes from the latest checkpoint.",
+        )
+        self.requeues.append((due - self.now).total_seconds())
+        return self._decide(apply_children=True)
+
+    def _after_finish(self, life: kinds.Lifecycle) -> Decision:
+        """Finished: keep the last RayJob only if KubeRay finished it too; expire after the TTL."""
+        resource = self.verdict.resource
+        keep = None
+        if resource is not None and self.status.attempt > 0:
+            name = self.verdict.kind.ray_job_name(resource.metadata.name, self.status.attempt)
+            self.ray = self.ray or self.observed.ray_jobs.get(name)
+            if self.ray is not None and self.ray.state.terminal:
+                keep = name
+        self.status.children = _with_ray_job(self.status.children, keep)
+        ttl = life.ttl_seconds_after_finished
+        completed = observe.parse_time(self.status.completion_time)
+        if ttl is not None and completed is not None:
+            due = completed + datetime.timedelta(seconds=ttl)
+            if self.now >= due:
+                return self._decide(ray_job=keep, delete_owner=True)
+            self.requeues.append((due - self.now).total_seconds())
+        return self._decide(ray_job=keep)
+
+    # ---------------------------------------------------------------------------------------- steps
+    def _never_started_for_an_invalid_spec(self) -> bool:
+        failed = [c for c in self.current.conditions if c.type == conditions.FAILED and c.status == "True"]
+        return (
+            self.status.phase == Phase.FAILED
+            and self.status.attempt == 0
+            and bool(failed)
+            and failed[0].reason == "InvalidSpec"
+        )
+
+    @property
+    def _finished(self) -> bool:
+        return self.status.phase is not None and self.status.phase.finished
+
+    def _deadline_passed(self, life: kinds.Lifecycle) -> bool:
+        started = observe.parse_time(self.status.start_time)
+        deadline = life.active_deadline_seconds
+        if deadline is None or started is None or life.suspend or self.status.phase == Phase.SUSPENDED:
+            return False
+        due = started + datetime.timedelta(seconds=deadline)
+        if self.now < due:
+            self.requeues.append((due - self.now).total_seconds())
+            return False
+        self._finish(
+            Phase.FAILED,
+            "DeadlineExceeded",
+            f"The {self.verdict.kind.kind} ran longer than spec.activeDeadlineSeconds={deadline} (started "
+            f"{self.status.start_time}); raise or unset activeDeadlineSeconds to allow longer runs.",
+        )
+        return True
+
+    def _describe_children(self, resource: manifest.Resource) -> None:
+        kind = self.verdict.kind
+        name = resource.metadata.name
+        previous = self.status.children.ray_job if self.status.children else None
+        self.status.children = Children(
+            ray_job=previous,
+            config_map=kind.config_map_name(name),
+            persistent_volume_claim=kinds.claim_name(resource),
+            service_account=kind.service_account_name(name),
+        )
+        if kind.reports_workers:
+            spec = kinds.training_spec(resource)
+            self.status.workers = spec.workers.replicas
+            self.status.gpus = spec.workers.replicas * spec.workers.gpus_per_worker
+
+    def _enter(self, phase: Phase, reason: str, message: str) -> None:
+        self.status.phase = phase
+        self.note = (reason, message)
+
+    def _finish(self, phase: Phase, reason: str, message: str) -> None:
+        self._enter(phase, reason, message)
+        self.status.completion_time = _fmt(self.now)
+        self.status.next_restart_time = None
+
+    def _decide(
+        self,
+        *,
+        apply_children: bool = False,
+        ray_job: str | None = None,
+        create: bool = False,
+        delete_owner: bool = False,
+        restarted: bool = False,
+        time_to_running: float | None = None,
+    ) -> Decision:
+        if not create and self.status.phase in (Phase.RESTARTING, Phase.SUSPENDED):
+            self.status.children = _with_ray_job(self.status.children, None)
+        self._set_conditions()
+        phase = self.status.phase
+        assert phase is not None
+        if phase != self.current.phase:
+            _, message = self._phase_note()
+            kind = "Warning" if phase in (Phase.RESTARTING, Phase.FAILED) else "Normal"
+            counts = f"{self.status.attempt}/{self.status.restarts}/{len(self.status.failures)}"
+            self.events.append(Event(kind, phase.value, message, key=f"phase/{phase.value}/{counts}"))
+        for condition in conditions.new_problems(self.current.conditions, self.status.conditions):
+            when = f"{self.status.attempt}/{self.observed.generation}"
+            key = f"problem/{condition.type}/{condition.reason}/{when}"
+            self.events.append(Event("Warning", condition.reason, condition.message, key=key))
+        return Decision(
+            status=self.status,
+            events=tuple(self.events),
+            ray_job=ray_job,
+            create_ray_job=create,
+            apply_children=apply_children,
+            delete_owner=delete_owner,
+            requeue_after=min(self.requeues) if self.requeues and not delete_owner else None,
+            restarted=restarted,
+            time_to_running=time_to_running,
+        )
+
+    def _phase_note(self) -> tuple[str, str]:
+        """Why the phase is what it is; carried over from the Running condition when nothing new happened."""
+        if self.note is not None:
+            return self.note
+        for condition in self.current.conditions:
+            if condition.type == conditions.RUNNING and self.current.phase == self.status.phase:
+                return condition.reason, condition.message
+        phase = self.status.phase
+        assert phase is not None
+        return phase.value, f"The phase is {phase.value}."
+
+    def _set_conditions(self) -> None:
+        phase = self.status.phase
+        assert phase is not None
+        resource = self.verdict.resource
+        existing = bool(resource and kinds.training_spec(resource).checkpoint.storage.existing_claim)
+        errors = self.observed.create_errors
+        desired = [
+            *conditions.spec(self.verdict, self.observed.generation),
+            conditions.storage(
+                self.observed.claim, existing=existing, create_error=errors.get("PersistentVolumeClaim")
+            ),
+            conditions.ray_cluster(
+                phase,
+                self.ray,
+                [*(self.ray.problems if self.ray else ()), *self.observed.pod_problems],
+                errors.get("RayJob"),
+            ),
+            *conditions.phase(phase, *self._phase_note()),
+        ]
+        self.status.conditions = conditions.merge(
+            self.current.conditions, desired, now=_fmt(self.now), generation=self.observed.generation
+        )
+
+
+def _with_ray_job(children: Children | None, ray_job: str | None) -> Children | None:
+    if children is None:
+        return None
+    return children.model_copy(update={"ray_job": ray_job})
+
+
+def _ceil_second(value: datetime.datetime) -> datetime.datetime:
+    if value.microsecond:
+        return value.replace(microsecond=0) + datetime.timedelta(seconds=1)
+    return value
+
+
+def _fmt(value: datetime.datetime) -> str:
+    return observe.format_time(value)

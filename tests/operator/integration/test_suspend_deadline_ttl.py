@@ -1,0 +1,123 @@
+"""spec.suspend, activeDeadlineSeconds and ttlSecondsAfterFinished against the real apiserver."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import operator_factories as factories
+import pytest
+from cluster_api import Api, wait_for
+
+from trainop.controller import observe
+
+pytestmark = pytest.mark.controlplane
+
+
+def status_of(api: Api, namespace: str) -> dict[str, Any]:
+    body = api.get(api.job(namespace, "mlp"))
+    assert body is not None
+    return body.get("status") or {}
+
+
+def wait_phase(api: Api, namespace: str, phase: str, timeout_s: float = 20) -> dict[str, Any]:
+    return wait_for(
+        lambda: status_of(api, namespace),
+        lambda s: s.get("phase") == phase,
+        timeout_s=timeout_s,
+        what=f"phase {phase}",
+    )
+
+
+def ray_jobs(api: Api, namespace: str) -> list[str]:
+    items = api.list(api.ray_jobs(namespace), "trainop.dev/job=mlp")
+    return sorted(r["metadata"]["name"] for r in items if not r["metadata"].get("deletionTimestamp"))
+
+
+def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
+    return {c["type"]: c for c in status["conditions"]}[type_]
+
+
+def test_suspend_stops_the_rayjob_keeps_claim_and_progress_and_resume_starts_a_new_attempt(
+    operator: Any, api: Api, apply: Any, kuberay: Any, namespace: str
+) -> None:
+    apply(factories.manifest("mlp", namespace))
+    wait_for(lambda: ray_jobs(api, namespace), lambda names: names == ["mlp-a1"], what="RayJob a1")
+    kuberay.run(namespace, "mlp-a1")
+    wait_phase(api, namespace, "Running")
+    api.patch(api.job(namespace, "mlp") + "/status", {"status": {"progress": {"step": 40}}})  # as the trainer
+
+    apply(factories.manifest("mlp", namespace, spec={"suspend": True}))
+    suspended = wait_phase(api, namespace, "Suspended")
+    wait_for(lambda: ray_jobs(api, namespace), lambda names: names == [], what="RayJob deleted")
+    assert api.get(api.core(namespace, "persistentvolumeclaims", "mlp-ckpt")) is not None
+    assert api.get(api.core(namespace, "configmaps", "mlp-trainer")) is not None
+    assert suspended["progress"] == {"step": 40}
+    assert (suspended["attempt"], suspended["restarts"]) == (1, 0)
+    assert condition(suspended, "Suspended")["status"] == "True"
+
+    apply(factories.manifest("mlp", namespace, spec={"suspend": False}))
+    wait_for(lambda: ray_jobs(api, namespace), lambda names: names == ["mlp-a2"], what="RayJob a2")
+    resumed = wait_phase(api, namespace, "Pending")
+    assert (resumed["attempt"], resumed["restarts"]) == (2, 0)  # suspend is not a restart
+    kuberay.run(namespace, "mlp-a2")
+    kuberay.succeed(namespace, "mlp-a2")
+    assert wait_phase(api, namespace, "Succeeded")["restarts"] == 0
+
+
+def test_a_job_created_suspended_creates_its_claim_and_rbac_but_no_rayjob(
+    operator: Any, api: Api, apply: Any, namespace: str
+) -> None:
+    apply(factories.manifest("mlp", namespace, spec={"suspend": True}))
+    status = wait_phase(api, namespace, "Suspended")
+    assert status["attempt"] == 0
+    wait_for(
+        lambda: api.get(api.rbac(namespace, "rolebindings", "mlp-trainer")),
+        lambda rb: rb is not None,
+        what="RoleBinding",
+    )
+    assert ray_jobs(api, namespace) == []
+
+
+def test_the_active_deadline_fails_a_running_job_with_deadline_exceeded_and_stops_its_rayjob(
+    operator: Any, api: Api, apply: Any, kuberay: Any, namespace: str
+) -> None:
+    apply(factories.manifest("mlp", namespace, spec={"activeDeadlineSeconds": 3}))
+    wait_for(lambda: ray_jobs(api, namespace), lambda names: names == ["mlp-a1"], what="RayJob a1")
+    kuberay.run(namespace, "mlp-a1")
+    running = wait_phase(api, namespace, "Running")
+
+    failed = wait_phase(api, namespace, "Failed", timeout_s=15)
+    assert condition(failed, "Failed")["reason"] == "DeadlineExceeded"
+    started, ended = observe.parse_time(running["startTime"]), observe.parse_time(failed["completionTime"])
+    assert started is not None and ended is not None and (ended - started).total_seconds() >= 3
+    wait_for(lambda: ray_jobs(api, namespace), lambda names: names == [], what="running RayJob deleted")
+    events = api.list(f"/api/v1/namespaces/{namespace}/events")
+    assert [e["type"] for e in events if e["reason"] == "Failed"] == ["Warning"]
+
+
+def test_a_finished_job_is_deleted_ttl_seconds_after_it_finished(
+    operator: Any, api: Api, apply: Any, kuberay: Any, namespace: str
+) -> None:
+    apply(factories.manifest("mlp", namespace, spec={"ttlSecondsAfterFinished": 2}))
+    wait_for(lambda: ray_jobs(api, namespace), lambda names: names == ["mlp-a1"], what="RayJob a1")
+    kuberay.run(namespace, "mlp-a1")
+    kuberay.succeed(namespace, "mlp-a1")
+    finished = wait_phase(api, namespace, "Succeeded")
+    completed = observe.parse_time(finished["completionTime"])
+
+    wait_for(
+        lambda: api.get(api.job(namespace, "mlp")),
+        lambda body: body is None,
+        timeout_s=15,
+        what="job deleted",
+    )
+    assert completed is not None
+    assert datetime.datetime.now(datetime.UTC) - completed >= datetime.timedelta(seconds=2)
+    # The claim outlives the job (checkpoints are kept); owned children are garbage-collected.
+    assert api.get(api.core(namespace, "persistentvolumeclaims", "mlp-ckpt")) is not None
+    wait_for(
+        lambda: api.get(api.core(namespace, "configmaps", "mlp-trainer")),
+        lambda c: c is None,
+        what="ConfigMap collected",
+    )

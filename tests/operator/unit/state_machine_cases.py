@@ -1,0 +1,92 @@
+"""Shared inputs of the state-machine tests: a clock, KubeRay-shaped RayJobs, owners with a given status."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import operator_factories as factories
+
+from trainop.controller import acceptance, observe, status, status_fields
+
+NOW = datetime.datetime(2026, 3, 1, 12, 0, 0, tzinfo=datetime.UTC)
+RFC = observe.format_time
+
+
+def seconds(n: float) -> datetime.timedelta:
+    return datetime.timedelta(seconds=n)
+
+
+def ray_job(
+    name: str = "mlp-a1",
+    job_status: str = "",
+    deployment: str = "",
+    *,
+    reason: str = "",
+    message: str = "",
+    created: datetime.datetime = NOW - datetime.timedelta(seconds=60),
+    cluster_status: dict[str, Any] | None = None,
+) -> observe.RayJobObservation:
+    """A RayJob as KubeRay v1 reports it (status fields spelled as on the wire)."""
+    return observe.ray_job(
+        {
+            "metadata": {"name": name, "creationTimestamp": RFC(created)},
+            "status": {
+                "jobStatus": job_status,
+                "jobDeploymentStatus": deployment,
+                "reason": reason,
+                "message": message,
+                "rayClusterStatus": cluster_status or {},
+            },
+        }
+    )
+
+
+def accepted(body: dict[str, Any]) -> dict[str, Any]:
+    """The body as it is after the operator accepted its spec (the applied-spec annotation written)."""
+    verdict = acceptance.evaluate(body)
+    assert verdict.resource is not None and not verdict.refused
+    applied = acceptance.serialise(verdict.resource.spec.to_wire())
+    annotations = {**body["metadata"].get("annotations", {}), "trainop.dev/applied-spec": applied}
+    return {**body, "metadata": {**body["metadata"], "annotations": annotations}}
+
+
+def decide(
+    body: dict[str, Any],
+    *ray_jobs: observe.RayJobObservation,
+    now: datetime.datetime = NOW,
+    claim: observe.ClaimPhase = observe.ClaimPhase.BOUND,
+    pod_problems: tuple[observe.Problem, ...] = (),
+    create_errors: dict[str, observe.Problem] | None = None,
+) -> status.Decision:
+    verdict = acceptance.evaluate(body)
+    claim_name = body["spec"].get("checkpoint", {}).get("storage", {}).get("existingClaim", "mlp-ckpt")
+    return status.next_status(
+        verdict,
+        status_fields.OwnedStatus.from_status(body.get("status")),
+        status.Observed(
+            now=now,
+            generation=body["metadata"].get("generation"),
+            ray_jobs={r.name: r for r in ray_jobs},
+            claim=observe.ClaimObservation(claim_name, claim, volume="pv-1", access_modes=("ReadWriteMany",)),
+            pod_problems=pod_problems,
+            create_errors=create_errors or {},
+        ),
+    )
+
+
+def after(body: dict[str, Any], decision: status.Decision) -> dict[str, Any]:
+    """The body once the operator wrote the decision's status (and accepted the spec)."""
+    return {**accepted(body), "status": decision.status.wire(acceptance.evaluate(body).kind)}
+
+
+def with_status(**fields: Any) -> dict[str, Any]:
+    """A job whose operator-owned status already has ``fields`` (snake_case names), spec accepted."""
+    owned = status_fields.OwnedStatus(**fields)
+    return {**accepted(factories.job()), "status": owned.to_wire()}
+
+
+def condition(decision: status.Decision, type_: str) -> tuple[str, str, str]:
+    found = [c for c in decision.status.conditions if c.type == type_]
+    assert len(found) == 1, decision.status.conditions
+    return found[0].status, found[0].reason, found[0].message

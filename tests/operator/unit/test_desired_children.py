@@ -1,0 +1,406 @@
+"""The pure child builders (``children``, ``rayjob``): names, ownership, RBAC scope, pod hardening, config."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import operator_factories as factories
+import pytest
+
+from trainop.api import manifest, nccl, trainer_config, trainingjob
+from trainop.controller import children, kinds, rayjob
+
+UID = "0f0e0d0c-0000-4000-8000-000000000001"
+
+
+def resource(body: dict[str, Any]) -> manifest.Resource:
+    return kinds.parse(body)
+
+
+def by_kind(manifests: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    out = {m["kind"]: m for m in manifests}
+    assert len(out) == len(manifests), "one child per kind"
+    return out
+
+
+def pods(ray_job: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    cluster = ray_job["spec"]["rayClusterSpec"]
+    (workers,) = cluster["workerGroupSpecs"]
+    return {"head": cluster["headGroupSpec"]["template"], "worker": workers["template"]}
+
+
+def job_children(spec: dict[str, Any] | None = None, attempt: int = 1) -> dict[str, dict[str, Any]]:
+    return by_kind(children.desired_children(resource(factories.job(spec=spec)), attempt))
+
+
+# ----------------------------------------------------------------------------------------- names
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (
+            factories.job("mlp"),
+            [
+                ("PersistentVolumeClaim", "mlp-ckpt"),
+                ("ConfigMap", "mlp-trainer"),
+                ("ServiceAccount", "mlp-trainer"),
+                ("Role", "mlp-trainer"),
+                ("RoleBinding", "mlp-trainer"),
+                ("RayJob", "mlp-a3"),
+            ],
+        ),
+        (
+            factories.sweep("mlp"),
+            [
+                ("PersistentVolumeClaim", "mlp-sweep-ckpt"),
+                ("ConfigMap", "mlp-sweep"),
+                ("ServiceAccount", "mlp-sweep"),
+                ("Role", "mlp-sweep"),
+                ("RoleBinding", "mlp-sweep"),
+                ("RayJob", "mlp-s3"),
+            ],
+        ),
+    ],
+    ids=["trainingjob", "tuningsweep-of-the-same-name"],
+)
+def test_children_have_deterministic_names_in_creation_order_and_never_collide_across_kinds(
+    body: dict[str, Any], expected: list[tuple[str, str]]
+) -> None:
+    built = children.desired_children(resource(body), 3)
+    assert [(m["kind"], m["metadata"]["name"]) for m in built] == expected
+    assert {m["metadata"]["namespace"] for m in built} == {"team-a"}
+
+
+def test_the_longest_job_name_keeps_the_rayjob_name_within_kuberays_limit() -> None:
+    name = "j" * 40
+    built = by_kind(children.desired_children(resource(factories.job(name)), 9999))
+    assert len(built["RayJob"]["metadata"]["name"]) <= 47
+
+
+def test_building_twice_gives_the_same_manifests() -> None:
+    assert children.desired_children(resource(factories.job()), 2) == children.desired_children(
+        resource(factories.job()), 2
+    )
+
+
+def test_without_include_ray_job_only_the_supporting_children_are_built() -> None:
+    built = children.desired_children(resource(factories.job()), 1, include_ray_job=False)
+    assert "RayJob" not in [m["kind"] for m in built]
+
+
+@pytest.mark.parametrize(("owner", "name", "attempt"), [("mlp", "mlp-a7", 7), ("mlp", "mlp-a12", 12)])
+def test_the_attempt_is_read_back_from_a_rayjob_name(owner: str, name: str, attempt: int) -> None:
+    assert kinds.TRAINING_JOB.attempt_of(owner, name) == attempt
+
+
+@pytest.mark.parametrize("name", ["mlp-x-a1", "other-a1", "mlp-a", "mlp-ab"])
+def test_names_that_are_not_an_attempt_of_the_owner_are_not_taken_for_one(name: str) -> None:
+    assert kinds.TRAINING_JOB.attempt_of("mlp", name) is None
+
+
+# ------------------------------------------------------------------------------ labels + ownership
+@pytest.mark.parametrize(
+    "kind", ["PersistentVolumeClaim", "ConfigMap", "ServiceAccount", "Role", "RoleBinding", "RayJob"]
+)
+def test_every_child_carries_the_selector_labels(kind: str) -> None:
+    labels = job_children()[kind]["metadata"]["labels"]
+    assert labels["app.kubernetes.io/managed-by"] == "trainop"
+    assert labels["trainop.dev/job"] == "mlp"
+
+
+@pytest.mark.parametrize("kind", ["ConfigMap", "ServiceAccount", "Role", "RoleBinding", "RayJob"])
+def test_children_are_owned_by_the_job_with_a_controller_reference(kind: str) -> None:
+    assert job_children()[kind]["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "trainop.dev/v1alpha1",
+            "kind": "TrainingJob",
+            "name": "mlp",
+            "uid": UID,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+
+
+def test_the_checkpoint_claim_is_not_owned_by_default_so_checkpoints_outlive_the_job() -> None:
+    claim = job_children()["PersistentVolumeClaim"]
+    assert "ownerReferences" not in claim["metadata"]
+    assert claim["spec"] == {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+
+
+def test_delete_with_job_makes_the_claim_owned_by_the_job() -> None:
+    claim = job_children({"checkpoint": {"storage": {"deleteWithJob": True}}})["PersistentVolumeClaim"]
+    assert [ref["uid"] for ref in claim["metadata"]["ownerReferences"]] == [UID]
+
+
+def test_storage_class_and_access_mode_reach_the_claim() -> None:
+    storage = {"storageClassName": "fast-rwx", "accessMode": "ReadWriteMany", "size": "500Gi"}
+    claim = job_children({"checkpoint": {"storage": storage}})["PersistentVolumeClaim"]
+    assert claim["spec"] == {
+        "accessModes": ["ReadWriteMany"],
+        "resources": {"requests": {"storage": "500Gi"}},
+        "storageClassName": "fast-rwx",
+    }
+
+
+def test_an_existing_claim_is_mounted_and_no_claim_is_created() -> None:
+    built = job_children({"checkpoint": {"storage": {"existingClaim": "team-ckpt"}}})
+    assert "PersistentVolumeClaim" not in built
+    for template in pods(built["RayJob"]).values():
+        volumes = {v["name"]: v for v in template["spec"]["volumes"]}
+        assert volumes["checkpoints"]["persistentVolumeClaim"] == {"claimName": "team-ckpt"}
+
+
+def test_a_job_without_a_uid_cannot_own_children() -> None:
+    with pytest.raises(ValueError, match="no uid"):
+        children.desired_children(resource(factories.job(uid=None)), 1)
+
+
+# ---------------------------------------------------------------------------------------------- RBAC
+@pytest.mark.parametrize(
+    ("body", "plural", "account"),
+    [
+        (factories.job("mlp"), "trainingjobs", "mlp-trainer"),
+        (factories.sweep("mlp"), "tuningsweeps", "mlp-sweep"),
+    ],
+    ids=["trainingjob", "tuningsweep"],
+)
+def test_the_trainer_may_only_get_and_patch_its_own_owners_status(
+    body: dict[str, Any], plural: str, account: str
+) -> None:
+    built = by_kind(children.desired_children(resource(body), 1))
+    assert built["Role"]["rules"] == [
+        {
+            "apiGroups": ["trainop.dev"],
+            "resources": [f"{plural}/status"],
+            "resourceNames": ["mlp"],
+            "verbs": ["get", "patch"],
+        }
+    ]
+    assert built["RoleBinding"]["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": built["Role"]["metadata"]["name"],
+    }
+    assert built["RoleBinding"]["subjects"] == [
+        {"kind": "ServiceAccount", "name": account, "namespace": "team-a"}
+    ]
+    assert built["ServiceAccount"]["metadata"]["name"] == account
+    for template in pods(built["RayJob"]).values():
+        assert template["spec"]["serviceAccountName"] == account
+        assert template["spec"]["automountServiceAccountToken"] is True
+
+
+# -------------------------------------------------------------------------------------- trainer config
+@pytest.mark.parametrize("attempt", [1, 2, 9])
+def test_the_trainer_config_resumes_the_same_run_from_the_same_storage_path_on_every_attempt(
+    attempt: int, tmp_path: Any
+) -> None:
+    configmap = job_children(attempt=attempt)["ConfigMap"]
+    assert configmap["metadata"]["annotations"] == {"trainop.dev/attempt": str(attempt)}
+    path = tmp_path / "trainer.json"
+    path.write_text(configmap["data"][trainer_config.CONFIG_KEY])
+    config = trainer_config.load(path)
+    assert config.run_name == "mlp"
+    assert config.storage_path == trainer_config.CHECKPOINT_MOUNT_PATH
+    assert config.attempt == attempt
+    assert config.status_target == trainer_config.StatusTarget(
+        plural="trainingjobs", namespace="team-a", name="mlp"
+    )
+    assert config.spec == resource(factories.job()).spec
+
+
+def test_the_sweep_driver_config_carries_the_whole_sweep_spec_and_its_status_target(tmp_path: Any) -> None:
+    body = factories.sweep("lr")
+    configmap = by_kind(children.desired_children(resource(body), 2))["ConfigMap"]
+    path = tmp_path / "trainer.json"
+    path.write_text(configmap["data"]["trainer.json"])
+    config = trainer_config.load_sweep(path)
+    assert (config.sweep_name, config.experiment_name, config.attempt) == ("lr", "lr", 2)
+    assert config.storage_path == trainer_config.CHECKPOINT_MOUNT_PATH
+    assert config.spec == resource(body).spec
+    assert config.status_target == trainer_config.StatusTarget(
+        plural="tuningsweeps", namespace="team-a", name="lr"
+    )
+
+
+# -------------------------------------------------------------------------------------------- RayJob
+def test_the_rayjob_runs_the_packaged_trainer_once_and_leaves_restarts_to_trainop() -> None:
+    ray_job = job_children(attempt=4)["RayJob"]
+    assert ray_job["apiVersion"] == "ray.io/v1"
+    assert ray_job["metadata"]["labels"]["trainop.dev/attempt"] == "4"
+    spec = ray_job["spec"]
+    assert spec["entrypoint"] == "python -m trainop_trainer --config /etc/trainop/trainer.json"
+    assert spec["backoffLimit"] == 0
+    assert spec["shutdownAfterJobFinishes"] is True
+    assert spec["submissionMode"] == "HTTPMode"  # no submitter pod outside our security context
+    assert spec["rayClusterSpec"]["rayVersion"] == "2.60.0"
+    assert spec["rayClusterSpec"]["enableInTreeAutoscaling"] is False
+
+
+def test_the_sweep_rayjob_runs_the_sweep_driver_with_workers_for_all_concurrent_trials() -> None:
+    body = factories.sweep(spec={"maxConcurrentTrials": 3, "template": {"workers": {"replicas": 2}}})
+    ray_job = by_kind(children.desired_children(resource(body), 1))["RayJob"]
+    assert (
+        ray_job["spec"]["entrypoint"] == "python -m trainop_trainer.sweep --config /etc/trainop/trainer.json"
+    )
+    (group,) = ray_job["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+    assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (6, 6, 6)
+    assert ray_job["metadata"]["labels"]["trainop.dev/sweep"] == "lr"
+
+
+def test_the_worker_group_has_the_requested_replicas_and_resources_including_gpus() -> None:
+    spec = {
+        "precision": "bf16",
+        "workers": {"replicas": 4, "gpusPerWorker": 8, "cpusPerWorker": 32, "memoryPerWorker": "256Gi"},
+    }
+    (group,) = job_children(spec)["RayJob"]["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+    assert (group["groupName"], group["replicas"], group["minReplicas"], group["maxReplicas"]) == (
+        "workers",
+        4,
+        4,
+        4,
+    )
+    (container,) = group["template"]["spec"]["containers"]
+    assert container["resources"] == {
+        "requests": {"cpu": "32", "memory": "256Gi"},
+        "limits": {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "8"},
+    }
+
+
+def test_cpu_only_workers_request_no_gpu() -> None:
+    (container,) = pods(job_children()["RayJob"])["worker"]["spec"]["containers"]
+    assert "nvidia.com/gpu" not in container["resources"]["limits"]
+
+
+@pytest.mark.parametrize(("cpus", "quantity"), [(1, "1"), (4.0, "4"), (1.5, "1500m"), (0.25, "250m")])
+def test_cpu_quantities_are_whole_cores_or_millicores(cpus: float, quantity: str) -> None:
+    (container,) = pods(job_children({"workers": {"cpusPerWorker": cpus}})["RayJob"])["worker"]["spec"][
+        "containers"
+    ]
+    assert container["resources"]["requests"]["cpu"] == quantity
+
+
+def test_the_head_runs_no_training_work() -> None:
+    head = job_children()["RayJob"]["spec"]["rayClusterSpec"]["headGroupSpec"]
+    assert head["rayStartParams"] == {"num-cpus": "0"}
+    (container,) = head["template"]["spec"]["containers"]
+    assert "nvidia.com/gpu" not in container["resources"]["limits"]
+
+
+def test_scheduling_constraints_apply_to_gpu_workers_only() -> None:
+    spec = {
+        "workers": {
+            "nodeSelector": {"nvidia.com/gpu.product": "H100"},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "priorityClassName": "training-high",
+        }
+    }
+    templates = pods(job_children(spec)["RayJob"])
+    worker = templates["worker"]["spec"]
+    assert worker["nodeSelector"] == {"nvidia.com/gpu.product": "H100"}
+    assert worker["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert worker["priorityClassName"] == "training-high"
+    assert not {"nodeSelector", "tolerations", "priorityClassName"} & set(templates["head"]["spec"])
+
+
+@pytest.mark.parametrize("profile", [p.value for p in trainingjob.NetworkProfile])
+@pytest.mark.parametrize("group", ["head", "worker"])
+def test_every_ray_container_gets_the_nccl_env_of_the_network_profile(profile: str, group: str) -> None:
+    spec = {"network": {"profile": profile, "ncclEnv": {"NCCL_DEBUG": "INFO"}}}
+    (container,) = pods(job_children(spec)["RayJob"])[group]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    expected = nccl.env_for(
+        trainingjob.Network(profile=trainingjob.NetworkProfile(profile), nccl_env={"NCCL_DEBUG": "INFO"})
+    )
+    assert {k: env[k] for k in expected} == expected
+    assert env["NCCL_DEBUG"] == "INFO"  # the user's override wins over the profile
+    assert env[trainer_config.CONFIG_ENV] == "/etc/trainop/trainer.json"
+
+
+@pytest.mark.parametrize("group", ["head", "worker"])
+def test_every_pod_is_hardened_for_pod_security_restricted(group: str) -> None:
+    pod = pods(job_children()["RayJob"])[group]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 1000
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    for container in pod["containers"]:
+        assert container["securityContext"] == {
+            "runAsNonRoot": True,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
+
+
+@pytest.mark.parametrize("group", ["head", "worker"])
+def test_every_pod_mounts_checkpoints_config_and_a_memory_backed_dev_shm(group: str) -> None:
+    pod = pods(job_children({"workers": {"sharedMemory": "16Gi"}})["RayJob"])[group]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["checkpoints"]["persistentVolumeClaim"] == {"claimName": "mlp-ckpt"}
+    assert volumes["trainer-config"]["configMap"] == {
+        "name": "mlp-trainer",
+        "items": [{"key": "trainer.json", "path": "trainer.json"}],
+    }
+    assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "16Gi"}
+    (container,) = pod["containers"]
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert mounts == {
+        trainer_config.CHECKPOINT_MOUNT_PATH: "checkpoints",
+        "/etc/trainop": "trainer-config",
+        "/dev/shm": "dshm",
+    }
+    assert rayjob.CONFIG_DIR + "/" + trainer_config.CONFIG_KEY == trainer_config.DEFAULT_CONFIG_PATH
+
+
+def test_workers_expose_the_trainer_metrics_port_named_metrics_for_a_podmonitor() -> None:
+    templates = pods(job_children({"reporting": {"metricsPort": 9191}})["RayJob"])
+    (worker,) = templates["worker"]["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in worker["ports"]}
+    assert ports == {"metrics": 9191, "ray-metrics": 8080}
+    assert templates["worker"]["metadata"]["labels"]["trainop.dev/job"] == "mlp"
+
+
+@pytest.mark.parametrize("group", ["head", "worker"])
+def test_ray_pods_are_labelled_with_job_and_attempt(group: str) -> None:
+    labels = pods(job_children(attempt=5)["RayJob"])[group]["metadata"]["labels"]
+    assert labels == {
+        "app.kubernetes.io/managed-by": "trainop",
+        "app.kubernetes.io/component": "trainer",
+        "trainop.dev/job": "mlp",
+        "trainop.dev/attempt": "5",
+    }
+
+
+def test_the_image_of_the_spec_runs_in_head_and_workers() -> None:
+    templates = pods(job_children({"image": "registry.example/trainer:1.2"})["RayJob"])
+    assert {t["spec"]["containers"][0]["image"] for t in templates.values()} == {
+        "registry.example/trainer:1.2"
+    }
+
+
+def test_manifests_are_plain_json() -> None:
+    built = children.desired_children(resource(factories.sweep()), 1)
+    assert json.loads(json.dumps(built)) == built
+
+
+# ------------------------------------------------------------------------------------ drift detection
+@pytest.mark.parametrize(
+    ("existing", "desired", "same"),
+    [
+        ({"a": 1, "defaulted": "x"}, {"a": 1}, True),  # the apiserver's defaults are not drift
+        ({"a": 1}, {"a": 2}, False),
+        ({"a": {"b": 1, "c": 2}}, {"a": {"b": 1}}, True),
+        ({"l": [{"k": 1, "apiGroup": ""}]}, {"l": [{"k": 1}]}, True),
+        ({"l": [{"k": 1}, {"k": 2}]}, {"l": [{"k": 1}]}, False),  # a removed rule is drift
+        ({"l": [{"k": 2}]}, {"l": [{"k": 1}]}, False),
+        ({}, {"a": None}, True),
+        ({"a": 1}, {"a": 1, "b": 1}, False),
+    ],
+)
+def test_drift_is_a_desired_field_that_differs_not_a_field_the_apiserver_added(
+    existing: dict[str, Any], desired: dict[str, Any], same: bool
+) -> None:
+    from trainop.controller import apply
+
+    assert apply.contains(existing, desired) is same

@@ -1,0 +1,108 @@
+"""Routing watch events to owner keys (``engine``), and what deserves a reconcile."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import operator_factories as factories
+import pytest
+
+from trainop.controller import engine, kinds, reconcile
+
+
+class NoReconciler(reconcile.Reconciler):
+    """The engine under test only routes; its workers are never started."""
+
+    def __init__(self) -> None:
+        super().__init__(client=None)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def runtime() -> engine.Engine:
+    return engine.Engine(NoReconciler())
+
+
+async def queued(runtime: engine.Engine) -> list[reconcile.OwnerKey]:
+    keys = []
+    while len(runtime.queue):
+        key = await runtime.queue.get()
+        runtime.queue.done(key)
+        keys.append(key)
+    return keys
+
+
+KEY = reconcile.OwnerKey("TrainingJob", "team-a", "mlp")
+
+
+@pytest.mark.parametrize(
+    ("generation", "status", "needed"),
+    [
+        (1, None, True),  # never reconciled
+        (1, {"observedGeneration": 1}, True),  # no phase yet
+        (2, {"phase": "Running", "observedGeneration": 1}, True),  # spec changed
+        (2, {"phase": "Running", "observedGeneration": 2}, False),  # e.g. the trainer's progress patch
+        (2, {"phase": "Running", "observedGeneration": 2, "progress": {"step": 5}}, False),
+    ],
+)
+def test_owner_events_need_a_reconcile_only_for_a_new_generation_or_no_phase(
+    generation: int, status: dict[str, Any] | None, needed: bool
+) -> None:
+    assert engine.needs_reconcile(factories.job(generation=generation, status=status)) is needed
+
+
+async def test_the_initial_listing_queues_every_owner_even_if_up_to_date(runtime: engine.Engine) -> None:
+    body = factories.job(status={"phase": "Running", "observedGeneration": 1})
+    runtime.owner_event(kinds.TRAINING_JOB, None, body)
+    assert await queued(runtime) == [KEY]
+
+
+async def test_a_trainer_progress_patch_queues_nothing(runtime: engine.Engine) -> None:
+    body = factories.job(status={"phase": "Running", "observedGeneration": 1, "progress": {"step": 7}})
+    runtime.owner_event(kinds.TRAINING_JOB, "MODIFIED", body)
+    assert await queued(runtime) == []
+
+
+async def test_a_deleted_owner_is_forgotten_with_its_scheduled_reconciles(runtime: engine.Engine) -> None:
+    runtime.queue.add_after(KEY, 0.05)
+    runtime.owner_event(kinds.TRAINING_JOB, "DELETED", factories.job())
+    await asyncio.sleep(0.1)
+    assert await queued(runtime) == []
+
+
+@pytest.mark.parametrize(
+    ("labels", "expected"),
+    [
+        ({"trainop.dev/job": "mlp"}, [KEY]),
+        ({"trainop.dev/sweep": "lr"}, [reconcile.OwnerKey("TuningSweep", "team-a", "lr")]),
+        ({"app.kubernetes.io/managed-by": "trainop"}, []),
+        ({}, []),
+    ],
+)
+async def test_child_events_are_routed_to_their_owner_by_label(
+    runtime: engine.Engine, labels: dict[str, str], expected: list[reconcile.OwnerKey]
+) -> None:
+    runtime.child_event({"metadata": {"name": "x", "namespace": "team-a", "labels": labels}})
+    assert await queued(runtime) == expected
+
+
+async def test_a_burst_of_child_events_queues_the_owner_once(runtime: engine.Engine) -> None:
+    for i in range(50):
+        runtime.child_event(
+            {"metadata": {"name": f"pod-{i}", "namespace": "team-a", "labels": {"trainop.dev/job": "mlp"}}}
+        )
+    assert await queued(runtime) == [KEY]
+
+
+def test_event_names_are_the_same_for_the_same_transition_and_differ_across_owners_and_transitions() -> None:
+    from trainop.controller import events, status
+
+    owner = factories.job()
+    other = factories.job(uid="another-uid")
+    restarting = status.Event("Warning", "Restarting", "at 12:00:01", key="phase/Restarting/1/0/1")
+    again = status.Event("Warning", "Restarting", "at 12:00:02", key="phase/Restarting/1/0/1")
+    later = status.Event("Warning", "Restarting", "at 12:00:01", key="phase/Restarting/2/1/2")
+    assert events.name(owner, restarting) == events.name(owner, again)
+    assert events.name(owner, restarting) != events.name(other, restarting)
+    assert events.name(owner, restarting) != events.name(owner, later)
+    assert events.name(owner, restarting).startswith("mlp.")

@@ -1,0 +1,103 @@
+"""The state machine: conditions a user reads, and the Warning Events that announce problems."""
+
+from __future__ import annotations
+
+import operator_factories as factories
+import pytest
+from state_machine_cases import NOW, RFC, after, condition, decide, ray_job, seconds, with_status
+
+from trainop.api.trainingjob import Phase
+from trainop.controller import conditions, observe, status
+
+
+# ---------------------------------------------------------------------------------------- conditions
+def test_every_condition_type_is_always_present_once() -> None:
+    decision = decide(factories.job())
+    assert [c.type for c in decision.status.conditions] == list(conditions.TYPES)
+
+
+def test_last_transition_time_moves_only_when_a_condition_status_changes() -> None:
+    body = with_status(phase=Phase.PROVISIONING, attempt=1, start_time=RFC(NOW))
+    first = decide(body, ray_job("mlp-a1", "", "Initializing"))
+    body = after(body, first)
+    later = NOW + seconds(30)
+    same = decide(body, ray_job("mlp-a1", "PENDING", "Running"), now=later)
+    running = decide(body, ray_job("mlp-a1", "RUNNING", "Running"), now=later)
+
+    def times(decision: status.Decision) -> dict[str, str | None]:
+        return {c.type: c.last_transition_time for c in decision.status.conditions}
+
+    assert times(same) == times(first)
+    assert times(running)[conditions.RUNNING] == RFC(later)
+    assert times(running)[conditions.SPEC_VALID] == RFC(NOW)
+
+
+@pytest.mark.parametrize(
+    ("claim", "existing", "expected"),
+    [
+        (observe.ClaimPhase.BOUND, False, ("True", "ClaimBound")),
+        (observe.ClaimPhase.PENDING, False, ("False", "ClaimPending")),
+        (observe.ClaimPhase.LOST, False, ("False", "ClaimLost")),
+        (observe.ClaimPhase.MISSING, False, ("Unknown", "ClaimCreating")),
+        (observe.ClaimPhase.MISSING, True, ("False", "ClaimNotFound")),
+    ],
+)
+def test_storage_ready_tells_the_state_of_the_checkpoint_claim(
+    claim: observe.ClaimPhase, existing: bool, expected: tuple[str, str]
+) -> None:
+    spec = {"checkpoint": {"storage": {"existingClaim": "shared-ckpt"}}} if existing else {}
+    assert condition(decide(factories.job(spec=spec), claim=claim), conditions.STORAGE_READY)[:2] == expected
+
+
+def test_a_missing_existing_claim_says_which_field_to_fix_and_posts_a_warning() -> None:
+    decision = decide(
+        factories.job(spec={"checkpoint": {"storage": {"existingClaim": "shared-ckpt"}}}),
+        claim=observe.ClaimPhase.MISSING,
+    )
+    message = condition(decision, conditions.STORAGE_READY)[2]
+    assert "spec.checkpoint.storage.existingClaim 'shared-ckpt'" in message
+    assert ("Warning", "ClaimNotFound") in [(e.type, e.reason) for e in decision.events]
+
+
+@pytest.mark.parametrize(
+    ("problem", "reason"),
+    [
+        (
+            observe.Problem("ImagePullBackOff", "pod x container ray-head: Back-off pulling image"),
+            "ImagePullBackOff",
+        ),
+        (observe.Problem("Unschedulable", "pod x: 0/3 nodes have nvidia.com/gpu"), "Unschedulable"),
+    ],
+)
+def test_pod_problems_while_provisioning_show_in_ray_cluster_ready_and_post_a_warning(
+    problem: observe.Problem, reason: str
+) -> None:
+    body = with_status(phase=Phase.PROVISIONING, attempt=1, start_time=RFC(NOW))
+    decision = decide(body, ray_job("mlp-a1", "", "Initializing"), pod_problems=(problem,))
+    assert condition(decision, conditions.RAY_CLUSTER_READY) == ("False", reason, problem.message)
+    assert ("Warning", reason) in [(e.type, e.reason) for e in decision.events]
+
+
+def test_quota_refusals_reported_by_kuberay_show_as_quota_exceeded() -> None:
+    body = with_status(phase=Phase.PROVISIONING, attempt=1, start_time=RFC(NOW))
+    cluster = {
+        "conditions": [
+            {
+                "type": "ReplicaFailure",
+                "status": "True",
+                "reason": "FailedCreateWorkerPod",
+                "message": 'pods "w" is forbidden: exceeded quota: gpu, requested: nvidia.com/gpu=8',
+            }
+        ]
+    }
+    decision = decide(body, ray_job("mlp-a1", "", "Initializing", cluster_status=cluster))
+    reason, message = condition(decision, conditions.RAY_CLUSTER_READY)[1:]
+    assert reason == "QuotaExceeded" and "exceeded quota" in message
+
+
+def test_a_child_creation_error_from_the_last_reconcile_explains_the_stuck_phase() -> None:
+    problem = observe.Problem("QuotaExceeded", "Cannot create PersistentVolumeClaim mlp-ckpt: exceeded quota")
+    decision = decide(
+        factories.job(), claim=observe.ClaimPhase.MISSING, create_errors={"PersistentVolumeClaim": problem}
+    )
+    assert condition(decision, conditions.STORAGE_READY) == ("False", "QuotaExceeded", problem.message)
