@@ -91,7 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("crds", help="print the CustomResourceDefinitions generated from the API models")
     p.add_argument("--out", metavar="DIR", help="write one YAML file per CRD into DIR instead of printing")
-    p.add_argument("--docs", metavar="FILE", help="with --out: also write the API reference (Markdown) to FILE")
+    p.add_argument(
+        "--docs", metavar="FILE", help="with --out: also write the API reference (Markdown) to FILE"
+    )
     p.set_defaults(func=_cmd_crds)
 
     p = sub.add_parser("validate", help="validate TrainingJob/TuningSweep manifests")

@@ -13,7 +13,7 @@ import sys
 import threading
 from pathlib import Path
 
-from . import assets, cluster
+from . import assets, cluster, crds
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -24,7 +24,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--crds",
         type=Path,
-        default=cluster.DEFAULT_CRD_DIR,
+        default=crds.DEFAULT_CRD_DIR,
         help="directory of CRD YAML to install (default: %(default)s; skipped when missing)",
     )
     parser.add_argument("--no-kuberay-crds", action="store_true", help="do not install KubeRay's CRDs")
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dev-cluster: {error}", file=sys.stderr)
         return 2
     settings = cluster.ControlPlaneSettings(
-        crd_paths=cluster.default_crd_paths(args.crds),
+        crd_paths=crds.default_crd_paths(args.crds),
         install_kuberay_crds=not args.no_kuberay_crds,
         controller_manager=not args.no_controller_manager,
         keep_data_dir=args.keep,

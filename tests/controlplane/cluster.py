@@ -1,30 +1,25 @@
 """A real Kubernetes control plane on loopback: etcd + kube-apiserver (+ kube-controller-manager).
 
-Owns the lifecycle of one such cluster: a data dir under the system temp dir, a fresh PKI, the processes
-and their flags, readiness (etcd /health, apiserver /readyz, controller-manager /healthz), CRD
-installation (ours from ``crds/`` and KubeRay's, waited until Established), kubeconfigs, and teardown that
-leaves no process behind. It also offers the handful of helpers integration tests share: namespaces,
-ServiceAccount tokens via the TokenRequest API, an ApiClient, and kubectl/helm invocations with a
-hermetic environment.
+Owns the lifecycle of one such cluster: a data dir under the system temp dir, a fresh PKI, starting the
+processes (their flags live in ``flags.py``) on free ports, readiness (etcd /health, apiserver /readyz,
+controller-manager /healthz), installing CRDs at start (``crds.py``: ours and KubeRay's, waited until
+Established), kubeconfigs, and teardown that leaves no process behind. It also offers the handful of
+helpers integration tests share: namespaces, ServiceAccount tokens via the TokenRequest API, an
+ApiClient, and kubectl/helm invocations with a hermetic environment.
 
 What it deliberately does not run: a scheduler or kubelet (no pod ever runs; KubeRay's Go controller is
 absent too, so RayJobs are stored and validated but never reconciled). The controller-manager runs only
 the garbage collector, namespace and serviceaccount(-token) controllers, so owner references and namespace
 deletion behave as in a real cluster.
-
-Flags are chosen for a fast, single-user, throwaway cluster: etcd skips fsync (data is discarded at
-teardown), and authorization is still Node,RBAC so permission tests mean something.
 """
 
 from __future__ import annotations
 
 import atexit
-import concurrent.futures
 import dataclasses
 import functools
 import json
 import os
-import re
 import shutil
 import ssl
 import subprocess
@@ -40,19 +35,9 @@ from typing import Any
 import kubernetes
 
 from . import assets as assets_module
-from . import kubeconfig, pki, processes
+from . import crds, flags, kubeconfig, pki, processes
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-#: Our CRDs, generated from the pydantic models by the operator package.
-DEFAULT_CRD_DIR = REPO_ROOT / "crds"
-SERVICE_CIDR = "10.0.0.0/24"
-SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
-CONTROLLERS = (
-    "garbage-collector-controller",
-    "namespace-controller",
-    "serviceaccount-controller",
-    "serviceaccount-token-controller",
-)
+REPO_ROOT = crds.REPO_ROOT
 _PORT_RETRIES = 3
 
 
@@ -73,28 +58,6 @@ class ControlPlaneSettings:
     #: Per-phase timeout.
     start_timeout_s: float = 60.0
     extra_apiserver_args: Sequence[str] = ()
-
-
-def default_crd_paths(directory: Path = DEFAULT_CRD_DIR) -> tuple[Path, ...]:
-    """Every ``*.yaml``/``*.yml`` in ``directory``, sorted; empty when the directory does not exist."""
-    if not directory.is_dir():
-        return ()
-    return tuple(sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]))
-
-
-def split_yaml_documents(text: str) -> list[str]:
-    """Split a multi-document YAML stream on ``---`` lines, dropping empty and comment-only documents.
-
-    Kept textual on purpose: KubeRay's CRDs are megabytes of YAML that PyYAML needs seconds to parse,
-    while the apiserver parses them in milliseconds when sent as ``application/yaml``.
-    """
-    documents = re.split(r"^---[ \t]*(?:#.*)?$", text, flags=re.MULTILINE)
-    meaningful = []
-    for document in documents:
-        body = [line for line in document.splitlines() if line.strip() and not line.lstrip().startswith("#")]
-        if body:
-            meaningful.append(document)
-    return meaningful
 
 
 class ControlPlane:
@@ -159,6 +122,7 @@ class ControlPlane:
                 self._start_controller_manager()
         except BaseException:
             self.stop(keep_data_dir=True)
+            self._prune_data_dir_to_logs()
             raise
         self.timings["total"] = time.monotonic() - started
 
@@ -174,6 +138,17 @@ class ControlPlane:
         if self._data_dir is not None and not keep:
             shutil.rmtree(self._data_dir, ignore_errors=True)
         atexit.unregister(self.stop)
+
+    def _prune_data_dir_to_logs(self) -> None:
+        """After a failed start keep only ``logs/`` (named in the error), not etcd data or keys."""
+        if self._data_dir is None or self.settings.keep_data_dir:
+            return
+        for entry in self._data_dir.iterdir():
+            if entry.name != "logs":
+                if entry.is_dir():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
 
     # ------------------------------------------------------------------------------------ processes
     def _log_path(self, name: str) -> Path:
@@ -213,19 +188,9 @@ class ControlPlane:
         started = time.monotonic()
 
         def argv(ports: list[int]) -> list[str]:
-            client, peer = (f"http://127.0.0.1:{port}" for port in ports)
             return [
                 str(self.assets.etcd),
-                "--name=trainop-test",
-                f"--data-dir={self.data_dir / 'etcd'}",
-                f"--listen-client-urls={client}",
-                f"--advertise-client-urls={client}",
-                f"--listen-peer-urls={peer}",
-                f"--initial-advertise-peer-urls={peer}",
-                f"--initial-cluster=trainop-test={peer}",
-                # Throwaway data: skipping fsync makes every apiserver write several times faster.
-                "--unsafe-no-fsync=true",
-                "--log-level=warn",
+                *flags.etcd_args(data_dir=self.data_dir / "etcd", client_port=ports[0], peer_port=ports[1]),
             ]
 
         ports = self._start_with_free_ports(
@@ -248,26 +213,13 @@ class ControlPlane:
         def argv(ports: list[int]) -> list[str]:
             return [
                 str(self.assets.kube_apiserver),
-                f"--etcd-servers={etcd_url}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                f"--secure-port={ports[0]}",
-                f"--cert-dir={self.data_dir / 'apiserver-certs'}",
-                f"--tls-cert-file={tls.serving.cert_path}",
-                f"--tls-private-key-file={tls.serving.key_path}",
-                f"--client-ca-file={tls.ca_cert_path}",
-                "--authorization-mode=Node,RBAC",
-                f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
-                f"--api-audiences={SERVICE_ACCOUNT_ISSUER}",
-                f"--service-account-key-file={tls.service_account_public_key_path}",
-                f"--service-account-signing-key-file={tls.service_account_private_key_path}",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
-                "--allow-privileged=true",
-                "--profiling=false",
-                # Since 1.37 the endpoint reconciler refuses a loopback advertise address; nothing runs
-                # in-cluster that would use the `kubernetes` Service endpoints anyway.
-                "--endpoint-reconciler-type=none",
-                *self.settings.extra_apiserver_args,
+                *flags.apiserver_args(
+                    etcd_url=etcd_url,
+                    port=ports[0],
+                    cert_dir=self.data_dir / "apiserver-certs",
+                    tls=tls,
+                    extra=self.settings.extra_apiserver_args,
+                ),
             ]
 
         ports = self._start_with_free_ports(
@@ -307,23 +259,12 @@ class ControlPlane:
         def argv(ports: list[int]) -> list[str]:
             return [
                 str(self.assets.kube_controller_manager),
-                # No --authentication/authorization-kubeconfig: delegated auth would poll for a
-                # request-header CA this cluster has no use for. /healthz stays reachable because it is
-                # in --authorization-always-allow-paths.
-                f"--kubeconfig={config}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={ports[0]}",
-                f"--cert-dir={self.data_dir / 'controller-manager-certs'}",
-                "--leader-elect=false",
-                f"--controllers={','.join(CONTROLLERS)}",
-                # Each controller acts as its own ServiceAccount under the bootstrap RBAC roles, as in
-                # kubeadm clusters, instead of one all-powerful identity.
-                "--use-service-account-credentials=true",
-                f"--service-account-private-key-file={tls.service_account_private_key_path}",
-                f"--root-ca-file={tls.ca_cert_path}",
-                # Namespace teardown deletes every resource type; default QPS (20) makes it crawl.
-                "--kube-api-qps=200",
-                "--kube-api-burst=400",
+                *flags.controller_manager_args(
+                    kubeconfig=config,
+                    port=ports[0],
+                    cert_dir=self.data_dir / "controller-manager-certs",
+                    tls=tls,
+                ),
             ]
 
         self._start_with_free_ports(
@@ -370,56 +311,12 @@ class ControlPlane:
         self.timings["crds"] = time.monotonic() - started
 
     def install_crds(self, paths: Sequence[Path], *, timeout_s: float | None = None) -> list[str]:
-        """Create (or server-side apply, if present) every CRD in ``paths``; wait until all are Established.
-
-        CRDs are sent to the apiserver as YAML untouched: KubeRay's are over a megabyte each, too big for
-        client-side apply's last-applied annotation and slow to parse in Python. They are sent
-        concurrently because the apiserver spends most of each request compiling the schema.
+        """Create (or server-side apply) every CRD in ``paths``; return their names once Established.
 
         CRDs installed after start reach the garbage collector at its next discovery resync (~30 s);
         owner references to their kinds are honoured from then on.
         """
-        documents = [
-            (path, document) for path in paths for document in split_yaml_documents(path.read_text())
-        ]
-        with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
-            names = list(pool.map(lambda item: self._create_or_apply_crd(*item), documents))
-        self.wait_crds_established(names, timeout_s=timeout_s or self.settings.start_timeout_s)
-        return names
-
-    def _create_or_apply_crd(self, path: Path, document: str) -> str:
-        base = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-        status, body = self.request("POST", base, body=document.encode(), content_type="application/yaml")
-        if status == 409:
-            status, body = self.request(
-                "PATCH",
-                f"{base}/{body['details']['name']}?fieldManager=trainop-controlplane&force=true",
-                body=document.encode(),
-                content_type="application/apply-patch+yaml",
-            )
-        if status not in (200, 201):
-            raise RuntimeError(
-                f"the apiserver rejected the CRD in {path} ({status}): {body.get('message', body)}"
-            )
-        name: str = body["metadata"]["name"]
-        return name
-
-    def wait_crds_established(self, names: Sequence[str], *, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        pending = list(names)
-        while pending:
-            status, body = self.request(
-                "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{pending[0]}"
-            )
-            # status.conditions is null until the CRD controllers have looked at the new object.
-            raw_conditions = (body.get("status") or {}).get("conditions") or []
-            conditions = {condition["type"]: condition["status"] for condition in raw_conditions}
-            if status == 200 and conditions.get("Established") == "True":
-                pending.pop(0)
-                continue
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"CRD {pending[0]} not Established within {timeout_s:.0f}s: {conditions}")
-            time.sleep(0.05)
+        return crds.install(self.request, paths, timeout_s=timeout_s or self.settings.start_timeout_s)
 
     # ------------------------------------------------------------------------------------ inspection
     @property

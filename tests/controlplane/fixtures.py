@@ -21,7 +21,7 @@ Isolation assumptions, stated because they are not enforced:
 - Tests share one cluster. They must work inside their ``namespace`` and give any cluster-scoped object
   they create (ClusterRole, CRD, Namespace) a unique name; they must not delete or edit the installed CRDs.
 - pytest-xdist: every worker process has its own session, so each worker starts its own control plane
-  (about 0.5 GB RSS and a few seconds each) on its own ports and data dir. That is correct but costly
+  (about 0.7 GiB RSS and 6-8 s each on 2 cores) on its own ports and data dir. That is correct but costly
   on a 2-core machine; run this tier with ``-p no:xdist`` or ``-n 0`` unless cores are plentiful.
   Concurrent builds from several workers are serialised by build.sh's lock file.
 - Set ``TRAINOP_CONTROLPLANE_KEEP=1`` to keep the data dir (logs, etcd data, kubeconfig) after the session,
@@ -40,7 +40,7 @@ from pathlib import Path
 
 import pytest
 
-from . import assets, cluster
+from . import assets, cluster, crds
 
 MARKER = "controlplane"
 #: Directory of CRD YAML to install instead of the repository's crds/ (an empty dir installs none).
@@ -57,7 +57,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         f"{MARKER}: needs the real kube-apiserver + etcd control plane (tests/controlplane); "
-        "skipped with one line when no binaries and no Go toolchain are available",
+        "deselected with one line when no binaries and no Go toolchain are available",
     )
 
 
@@ -130,7 +130,7 @@ def control_plane(
     config = request.config
     resolved = control_plane_assets
     settings = cluster.ControlPlaneSettings(
-        crd_paths=cluster.default_crd_paths(Path(os.environ.get(CRD_DIR_ENV) or cluster.DEFAULT_CRD_DIR)),
+        crd_paths=crds.default_crd_paths(Path(os.environ.get(CRD_DIR_ENV) or crds.DEFAULT_CRD_DIR)),
         keep_data_dir=os.environ.get("TRAINOP_CONTROLPLANE_KEEP", "") not in ("", "0"),
     )
     try:

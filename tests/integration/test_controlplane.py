@@ -23,7 +23,7 @@ import kubernetes
 import pytest
 import yaml
 
-from tests.controlplane import assets, cluster, fixtures
+from tests.controlplane import assets, cluster, crds, fixtures
 
 pytestmark = pytest.mark.controlplane
 
@@ -337,7 +337,7 @@ def test_kuberay_crd_is_established_and_serves_v1(control_plane: cluster.Control
 def test_our_crds_from_the_crds_directory_are_established(control_plane: cluster.ControlPlane) -> None:
     paths = control_plane.settings.crd_paths
     if not paths:
-        pytest.skip(f"no CRD YAML in {cluster.DEFAULT_CRD_DIR} (or ${fixtures.CRD_DIR_ENV}) yet")
+        pytest.skip(f"no CRD YAML in {crds.DEFAULT_CRD_DIR} (or ${fixtures.CRD_DIR_ENV}) yet")
     expected = [
         document["metadata"]["name"]
         for path in paths

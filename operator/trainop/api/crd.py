@@ -7,7 +7,8 @@ CRDs in crds/ are a pure function of the models (``make crds`` writes them; a te
 
 Design choices:
 - Optional spec objects default to the object their fields' defaults make, so the apiserver fills in
-  nested defaults and ``kubectl get -o yaml`` shows the effective spec. Status carries no defaults: it is written, not filled.
+  nested defaults and ``kubectl get -o yaml`` shows the effective spec. Status carries no defaults:
+  it is written, not filled.
 - Free-form maps (``dict[str, Any]``) become ``x-kubernetes-preserve-unknown-fields``; nothing else does.
 - Key patterns of maps (``propertyNames``) have no structural equivalent and become a CEL rule.
 - Cross-field rules come from ``x-kubernetes-validations`` attached to the models themselves.
