@@ -1,0 +1,39 @@
+"""Fixtures of the trainer tests: one Ray runtime shared by every ``@pytest.mark.ray`` test.
+
+Ray start-up is slow on small machines, so the runtime is started once, with more logical CPUs than cores
+(Ray Train's controller and helpers must never wait for a CPU: with logical CPUs equal to 2 cores it
+deadlocks). Ray Train polls its workers every 2 s by default; the tests make it poll every 0.5 s and skip
+the preemption watcher actor, to spend less time waiting. Helpers live in ``trainer_support.py``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+# Read by Ray Train's controller from the driver's environment when fit() starts.
+_RAY_TRAIN_ENV = {
+    "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5",
+    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
+}
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[str]:
+    """A local Ray runtime shared by every Ray test; yields its address (for driver subprocesses)."""
+    import ray
+
+    saved = {key: os.environ.get(key) for key in _RAY_TRAIN_ENV}
+    os.environ.update(_RAY_TRAIN_ENV)
+    context = ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
+    try:
+        yield str(context.address_info["gcs_address"])
+    finally:
+        ray.shutdown()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -1,0 +1,265 @@
+"""The packaged trainer on real Ray Train V2 with 2 workers and real torch.distributed (gloo on CPU).
+
+Each test drives a whole run: TorchTrainer, worker processes, checkpoints on disk, status records, the
+metrics endpoints. Worker failures are real process deaths (``os._exit`` through the injection knob, or
+SIGTERM sent to the worker's PID); nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import subprocess
+import threading
+import time
+import urllib.request
+from typing import Any
+
+import pytest
+import torch
+import trainer_support
+
+from trainop.api import trainer_config
+from trainop_trainer import metrics, ray_train
+
+pytestmark = pytest.mark.ray
+
+Params = dict[str, torch.Tensor]
+
+
+def bitwise_equal(a: Params, b: Params) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def exact_config(storage: pathlib.Path, **overrides: Any) -> trainer_config.TrainerConfig:
+    """60 steps of the MLP, checkpoints every 10 steps, 2 workers: the same math in every test below."""
+    return trainer_support.mlp_config(storage, "exact-resume", max_steps=60, interval_steps=10, **overrides)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Params:
+    """The reference: the same 60 steps on 2 ranks without interruption. It runs the same Trainer under
+    torchrun instead of Ray Train (8 s instead of 25 s here); Ray Train must reproduce it bit for bit, so
+    every equality below also checks that the launcher does not change the math."""
+    storage = tmp_path_factory.mktemp("uninterrupted")
+    config = exact_config(storage)
+    path = trainer_support.write_config(config, storage / "trainer.json")
+    done = subprocess.run(
+        [
+            trainer_support.PYTHON,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "trainop_trainer.launch",
+            "--config",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=trainer_support.subprocess_env(OMP_NUM_THREADS="1"),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert trainer_support.checkpoint_steps(config)[-1] == 60
+    return trainer_support.final_model(config, 60)
+
+
+def test_a_killed_worker_is_restarted_by_ray_train_and_training_ends_bitwise_equal_to_an_uninterrupted_run(
+    ray_cluster: str, uninterrupted: Params, tmp_path: pathlib.Path
+) -> None:
+    config = exact_config(tmp_path)
+    # Rank 1 dies (os._exit) at step 25, five steps after checkpoint 20: those steps are trained twice.
+    result = ray_train.run(config, inject_failure_at_step=25)
+
+    assert (result.outcome, result.step) == ("completed", 60), result
+    events = trainer_support.events(config)
+    starts = [e for e in events if e["event"] == "start"]
+    assert len(starts) == 2 and len({e["launch"] for e in starts}) == 1  # one fit(), two worker groups
+    assert [e["step"] for e in events if e["event"] == "resume"] == [20]
+    assert trainer_support.status(config)["progress"]["workerRestarts"] == 1
+    assert bitwise_equal(trainer_support.final_model(config, 60), uninterrupted)
+
+
+def test_a_new_attempt_with_the_same_run_name_and_storage_path_resumes_bitwise_exactly(
+    ray_cluster: str, uninterrupted: Params, tmp_path: pathlib.Path
+) -> None:
+    config = exact_config(tmp_path, max_worker_failures=0)
+    first = ray_train.run(config, inject_failure_at_step=25)
+    assert first.outcome == "failed", first
+    assert 60 not in trainer_support.checkpoint_steps(config)
+
+    second = ray_train.run(config.model_copy(update={"attempt": 2}))
+
+    assert (second.outcome, second.step) == ("completed", 60), second
+    starts = [e for e in trainer_support.events(config) if e["event"] == "start"]
+    resumes = [e for e in trainer_support.events(config) if e["event"] == "resume"]
+    assert [e["attempt"] for e in starts] == [1, 2]
+    assert [(e["step"], e["launch"]) for e in resumes] == [(20, starts[1]["launch"])]
+    assert bitwise_equal(trainer_support.final_model(config, 60), uninterrupted)
+
+
+def _wait_for_step(config: trainer_config.TrainerConfig, step: int, timeout_s: float) -> int:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        seen = int(trainer_support.status(config).get("progress", {}).get("step", 0))
+        if seen >= step:
+            return seen
+        time.sleep(0.05)
+    raise AssertionError(f"training never reached step {step}")
+
+
+def long_config(
+    storage: pathlib.Path, name: str, *, max_steps: int, **overrides: Any
+) -> trainer_config.TrainerConfig:
+    """Slow enough steps to act in the middle of training; checkpoints only on request (1000-min interval)."""
+    return trainer_support.mlp_config(
+        storage,
+        name,
+        max_steps=max_steps,
+        interval_steps=None,
+        interval_minutes=1000,
+        every_steps=5,
+        num_samples=8192,
+        batch_size=64,
+        hidden_dim=256,
+        **overrides,
+    )
+
+
+def test_sigterm_to_one_worker_checkpoints_at_or_after_the_signal_and_ray_train_resumes_from_that_checkpoint(
+    ray_cluster: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pid_dir = tmp_path / "pids"
+    monkeypatch.setenv("TRAINOP_PID_DIR", str(pid_dir))  # forwarded to the workers
+    config = long_config(tmp_path, "sigterm-worker", max_steps=400)
+    signalled: dict[str, int] = {}
+
+    def preempt_rank1() -> None:
+        signalled["step"] = _wait_for_step(config, 20, timeout_s=120)
+        pid = int((pid_dir / "sigterm-worker-rank1.pid").read_text())
+        signalled["pid"] = pid
+        os.kill(pid, signal.SIGTERM)
+
+    thread = threading.Thread(target=preempt_rank1)
+    thread.start()
+    result = ray_train.run(config)
+    thread.join()
+
+    assert (result.outcome, result.step) == ("completed", 400), result
+    resumes = [e["step"] for e in trainer_support.events(config) if e["event"] == "resume"]
+    assert len(resumes) == 1 and signalled["step"] <= resumes[0] < 400, (resumes, signalled)
+    assert trainer_support.status(config)["progress"]["workerRestarts"] == 1
+
+
+def test_sigterm_to_the_driver_checkpoints_at_or_after_the_signal_and_exits_0(
+    ray_cluster: str, tmp_path: pathlib.Path
+) -> None:
+    config = long_config(tmp_path, "sigterm-driver", max_steps=10_000_000)
+    path = trainer_support.write_config(config, tmp_path / "trainer.json")
+    driver = subprocess.Popen(
+        [trainer_support.PYTHON, "-m", "trainop_trainer", "--config", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=trainer_support.subprocess_env(RAY_ADDRESS=ray_cluster),
+    )
+    try:
+        observed = _wait_for_step(config, 20, timeout_s=180)
+        driver.send_signal(signal.SIGTERM)
+        out, _ = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+
+    assert driver.returncode == 0, out
+    steps = trainer_support.checkpoint_steps(config)
+    assert len(steps) == 1 and steps[0] >= observed, (steps, observed)
+    assert trainer_support.status(config)["checkpoint"]["step"] == steps[0]
+    assert "training stopped at step" in out
+
+
+def _scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+        text: str = response.read().decode()
+        return text
+
+
+def _sample(text: str, name: str, rank: int, job: str) -> float | None:
+    prefix = f'{name}{{job="{job}",rank="{rank}"}} '
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            return float(line[len(prefix) :])
+    return None
+
+
+def test_every_worker_serves_the_trainer_metrics_on_its_own_port_during_a_run(
+    ray_cluster: str, tmp_path: pathlib.Path
+) -> None:
+    port = trainer_support.free_port_block(2)
+    config = long_config(tmp_path, "metrics", max_steps=300, metrics_port=port, probe=True)
+    scrapes: dict[int, str] = {}
+
+    def scrape_while_training() -> None:
+        _wait_for_step(config, 10, timeout_s=120)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(scrapes) < 2:
+            for rank in (0, 1):
+                try:
+                    text = _scrape(port + rank)
+                except OSError:
+                    continue
+                if (_sample(text, "trainop_trainer_step", rank, "metrics") or 0) > 0:
+                    scrapes[rank] = text
+            time.sleep(0.1)
+
+    thread = threading.Thread(target=scrape_while_training)
+    thread.start()
+    result = ray_train.run(config)
+    thread.join()
+
+    assert result.outcome == "completed", result
+    assert set(scrapes) == {0, 1}
+    for rank, text in scrapes.items():
+        for name in metrics.METRIC_NAMES:
+            assert f"# TYPE {name} " in text, (rank, name)
+        assert (_sample(text, "trainop_trainer_allreduce_bus_bandwidth_gbps", rank, "metrics") or 0) > 0
+        assert _sample(text, "trainop_trainer_worker_restarts", rank, "metrics") == 0
+        assert f'trainop_trainer_step_seconds_count{{job="metrics",rank="{rank}"}}' in text
+
+
+def test_a_user_entrypoint_trains_with_the_context_helpers(
+    ray_cluster: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pythonpath = os.pathsep.join(
+        p for p in (str(trainer_support.EXAMPLES_USER), os.environ.get("PYTHONPATH")) if p
+    )
+    monkeypatch.setenv("PYTHONPATH", pythonpath)  # forwarded to the workers
+    monkeypatch.syspath_prepend(str(trainer_support.EXAMPLES_USER))  # the driver resolves it first
+    config = trainer_support.mlp_config(
+        tmp_path,
+        "user-fn",
+        max_steps=300,
+        interval_steps=100,
+        every_steps=50,
+        workload={
+            "entrypoint": "trainop_example.regression:train",
+            "config": {"slope": 3.0, "bias": -1.0, "batchSize": 32},
+        },
+    )
+
+    result = ray_train.run(config)
+
+    assert (result.outcome, result.step) == ("completed", 300), result
+    assert trainer_support.checkpoint_steps(config) == [100, 200, 300]
+    state = torch.load(
+        trainer_support.run_dir(config) / "checkpoints" / "step_300" / "user_state.pt", weights_only=True
+    )
+    weight, bias = float(state["model"]["weight"]), float(state["model"]["bias"])
+    assert weight == pytest.approx(3.0, abs=0.05) and bias == pytest.approx(-1.0, abs=0.05)
+    progress = trainer_support.status(config)["progress"]
+    assert (progress["step"], progress["totalSteps"], progress["percent"]) == (300, 300, 100.0)
+    assert progress["loss"] < 0.01

@@ -1,0 +1,129 @@
+"""Helpers of the trainer tests: job configs and readers of a run's files (imported as a module)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import socket
+import sys
+from typing import Any
+
+from trainop.api import trainer_config
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLES_USER = REPO / "examples" / "user_entrypoint"
+PYTHON = sys.executable
+
+
+def free_port_block(size: int = 2) -> int:
+    """A port p such that p .. p+size-1 were free a moment ago (metrics ports are base + local rank)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = int(s.getsockname()[1])
+        if base + size > 65535:
+            continue
+        try:
+            for offset in range(1, size):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", base + offset))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError("no free block of ports")
+
+
+def mlp_config(
+    storage: pathlib.Path,
+    name: str,
+    *,
+    workers: int = 2,
+    max_steps: int = 60,
+    interval_steps: int | None = 10,
+    interval_minutes: float | None = None,
+    max_worker_failures: int = 2,
+    every_steps: int = 10,
+    num_samples: int = 2048,
+    batch_size: int = 16,
+    hidden_dim: int = 64,
+    metrics_port: int | None = None,
+    probe: bool = False,
+    workload: dict[str, Any] | None = None,
+) -> trainer_config.TrainerConfig:
+    """A small deterministic CPU job: the MLP on synthetic data, fp32, gloo."""
+    spec: dict[str, Any] = {
+        "workload": workload
+        or {
+            "model": "mlp",
+            "config": {"inputDim": 16, "hiddenDim": hidden_dim},
+            "dataset": {"kind": "synthetic", "numSamples": num_samples, "numClasses": 10, "numWorkers": 0},
+        },
+        "hyperparameters": {
+            "maxSteps": max_steps,
+            "batchSizePerWorker": batch_size,
+            "learningRate": 0.05,
+            "momentum": 0.9,
+            "schedule": {"kind": "cosine", "warmupSteps": 5},
+            "gradientClipNorm": 1.0,
+            "seed": 11,
+        },
+        "precision": "fp32",
+        "workers": {"replicas": workers, "gpusPerWorker": 0, "cpusPerWorker": 1},
+        "checkpoint": {"intervalSteps": interval_steps, "intervalMinutes": interval_minutes, "keepLast": 20},
+        "failurePolicy": {"maxWorkerFailures": max_worker_failures},
+        "network": {"profile": "tcp", "probe": probe, "probeMegabytes": 1},
+        "reporting": {
+            "everySteps": every_steps,
+            "everySeconds": 3600,
+            "metricsPort": metrics_port or free_port_block(),
+        },
+    }
+    return trainer_config.TrainerConfig.model_validate(
+        {"jobName": name, "runName": name, "storagePath": str(storage), "attempt": 1, "spec": spec},
+        by_alias=True,
+    )
+
+
+def run_dir(config: trainer_config.TrainerConfig) -> pathlib.Path:
+    return pathlib.Path(config.storage_path) / config.run_name
+
+
+def checkpoint_steps(config: trainer_config.TrainerConfig) -> list[int]:
+    root = run_dir(config) / "checkpoints"
+    return sorted(int(p.name.split("_")[1]) for p in root.glob("step_*") if p.name.split("_")[1].isdigit())
+
+
+def final_model(config: trainer_config.TrainerConfig, step: int) -> dict[str, Any]:
+    import torch
+
+    path = run_dir(config) / "checkpoints" / f"step_{step}" / "model.pt"
+    state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
+    return state
+
+
+def events(config: trainer_config.TrainerConfig) -> list[dict[str, Any]]:
+    path = run_dir(config) / "trainop" / "events.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def status(config: trainer_config.TrainerConfig) -> dict[str, Any]:
+    path = run_dir(config) / "status.json"
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data
+
+
+def write_config(config: trainer_config.TrainerConfig, path: pathlib.Path) -> pathlib.Path:
+    path.write_text(trainer_config.dumps(config))
+    return path
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """The environment for a child python that imports the repo's packages."""
+    env = dict(os.environ)
+    env.update(extra)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env

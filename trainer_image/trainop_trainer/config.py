@@ -1,0 +1,150 @@
+"""The trainer's view of its input: ``TrainerConfig`` (from the API package) plus what derives from it.
+
+The operator (or local mode) writes a ``trainop.api.trainer_config.TrainerConfig`` as JSON; this module
+reads it and derives, as pure functions with no torch or ray import:
+
+- ``scaling_for(spec)``: the Ray Train worker layout. One Ray Train worker (one DDP rank) per GPU, so
+  ``num_workers = replicas * gpusPerWorker`` on GPUs and ``replicas`` on CPU; each worker asks for one GPU
+  and its share of the pod's CPUs.
+- ``paths_for(config)``: where a run keeps its files on the checkpoint volume. Everything lives under
+  ``<storagePath>/<runName>/``, the directory Ray Train itself uses for the run, so a new attempt with the
+  same run name and storage path finds the previous attempts' checkpoints.
+- ``LaunchSettings``: what the driver hands every worker (the config, the launch id, test knobs).
+
+It must not import torch or ray: the driver validates and plans before anything heavy loads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+from typing import Any
+
+from trainop.api import trainer_config, trainingjob
+
+# Kill one worker (os._exit) once, right after the checkpoint at or after this step: the demo and the
+# resume tests use it to exercise Ray Train's worker-group restart. Read by the driver, passed to workers.
+INJECT_FAILURE_ENV = "TRAINOP_INJECT_FAILURE_AT_STEP"
+# Where worker processes register their PIDs so that a pod's preStop hook can signal them.
+PID_DIR_ENV = "TRAINOP_PID_DIR"
+DEFAULT_PID_DIR = "/tmp/trainop/pids"
+
+load = trainer_config.load
+
+
+@dataclasses.dataclass(frozen=True)
+class Scaling:
+    """Arguments of ``ray.train.ScalingConfig``."""
+
+    num_workers: int
+    use_gpu: bool
+    resources_per_worker: dict[str, float]
+
+    @property
+    def backend(self) -> str:
+        return "nccl" if self.use_gpu else "gloo"
+
+
+def scaling_for(spec: trainingjob.TrainingJobSpec) -> Scaling:
+    workers = spec.workers
+    if workers.gpus_per_worker > 0:
+        return Scaling(
+            num_workers=workers.replicas * workers.gpus_per_worker,
+            use_gpu=True,
+            resources_per_worker={"CPU": workers.cpus_per_worker / workers.gpus_per_worker, "GPU": 1.0},
+        )
+    return Scaling(
+        num_workers=workers.replicas, use_gpu=False, resources_per_worker={"CPU": workers.cpus_per_worker}
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPaths:
+    """Files of one run on the checkpoint volume (shared by every attempt of the job)."""
+
+    run_dir: pathlib.Path
+
+    @property
+    def checkpoints(self) -> pathlib.Path:
+        return self.run_dir / "checkpoints"
+
+    @property
+    def status_file(self) -> pathlib.Path:
+        """The status records as the CR would carry them (local mode and runs without a status target)."""
+        return self.run_dir / "status.json"
+
+    @property
+    def stop_file(self) -> pathlib.Path:
+        """Created by a driver that received SIGTERM: workers checkpoint and return at the next step."""
+        return self.run_dir / "trainop" / "stop-requested"
+
+    @property
+    def events_file(self) -> pathlib.Path:
+        """JSON lines written by rank 0: ``start`` per worker-group start (restarts = starts of a launch - 1)
+        and ``resume`` with the checkpoint step it resumed from."""
+        return self.run_dir / "trainop" / "events.jsonl"
+
+    @property
+    def injected_failure_marker(self) -> pathlib.Path:
+        return self.run_dir / "trainop" / "injected-failure"
+
+
+def paths_for(config: trainer_config.TrainerConfig) -> RunPaths:
+    return RunPaths(run_dir=pathlib.Path(config.storage_path) / config.run_name)
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchSettings:
+    """What the driver hands every worker through ``train_loop_config`` (JSON-safe)."""
+
+    config_json: str
+    launch_id: str
+    inject_failure_at_step: int | None = None
+
+    @property
+    def config(self) -> trainer_config.TrainerConfig:
+        return trainer_config.TrainerConfig.model_validate_json(
+            self.config_json, by_alias=True, by_name=False
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LaunchSettings:
+        return cls(**data)
+
+
+def dumps(config: trainer_config.TrainerConfig) -> str:
+    return trainer_config.dumps(config)
+
+
+def inject_failure_from_env() -> int | None:
+    raw = os.environ.get(INJECT_FAILURE_ENV, "").strip()
+    if not raw:
+        return None
+    step = int(raw)
+    if step < 1:
+        raise ValueError(f"{INJECT_FAILURE_ENV} must be a step number >= 1 (got {raw!r})")
+    return step
+
+
+def describe(config: trainer_config.TrainerConfig) -> str:
+    """One line for logs: what is trained, where, on how many workers."""
+    spec = config.spec
+    what = spec.workload.model.value if spec.workload.model else spec.workload.entrypoint
+    scaling = scaling_for(spec)
+    return json.dumps(
+        {
+            "job": config.job_name,
+            "run": config.run_name,
+            "attempt": config.attempt,
+            "workload": what,
+            "dataset": spec.workload.dataset.kind.value,
+            "workers": scaling.num_workers,
+            "backend": scaling.backend,
+            "precision": spec.precision.value,
+        }
+    )

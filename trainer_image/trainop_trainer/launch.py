@@ -1,0 +1,69 @@
+"""``python -m trainop_trainer.launch``: the same Trainer and Runtime under torchrun, without Ray.
+
+For baselines and benchmarks (the GPU comparison against hand-written DDP) and for running a config on a
+machine without Ray::
+
+    torchrun --standalone --nproc-per-node 8 -m trainop_trainer.launch --config job.json
+    python -m trainop_trainer.launch --config job.json          # one process, world size 1
+
+Checkpoints, resume, metrics, status and SIGTERM handling are the ones of the Ray path (torchrun forwards
+SIGTERM to every rank; each checkpoints and exits 0). GPUs are used when the spec asks for them and CUDA is
+available.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import uuid
+
+import torch
+import torch.distributed as dist
+
+from trainop.api import trainer_config
+from trainop_trainer import config as config_module
+from trainop_trainer import distributed, ray_train
+from trainop_trainer.runtime import Outcome, Runtime, configure_logging
+
+log = logging.getLogger(__name__)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m trainop_trainer.launch", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--config", help="TrainerConfig JSON (default: $TRAINOP_CONFIG)")
+    parser.add_argument("--launch-id", default=None, help="same id on every rank (default: a fresh one)")
+    args = parser.parse_args(argv)
+
+    config = trainer_config.load(args.config)
+    use_gpu = config.spec.workers.gpus_per_worker > 0 and torch.cuda.is_available()
+    ctx = distributed.from_torchrun_env(use_gpu=use_gpu)
+    configure_logging(rank=ctx.rank)
+    launch_id = args.launch_id or _shared_launch_id(ctx)
+    launch = config_module.LaunchSettings(
+        config_json=config_module.dumps(config),
+        launch_id=launch_id,
+        inject_failure_at_step=config_module.inject_failure_from_env(),
+    )
+    runtime = Runtime.start(config=config, ctx=ctx, launch=launch, report_fn=None)
+    try:
+        outcome = ray_train.run_workload(runtime)
+    finally:
+        runtime.close()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    log.info("launch finished: %s", outcome.value)
+    return 0 if outcome in (Outcome.COMPLETED, Outcome.STOPPED, Outcome.PREEMPTED) else 1
+
+
+def _shared_launch_id(ctx: distributed.WorkerContext) -> str:
+    box = [uuid.uuid4().hex if ctx.is_rank0 else ""]
+    if ctx.world_size > 1:
+        dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

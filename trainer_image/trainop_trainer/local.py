@@ -1,0 +1,348 @@
+"""Local mode: run a TrainingJob manifest on this machine with a local Ray runtime (``trainop run FILE``).
+
+``run_manifest`` validates the manifest with the API's own loader, fits the job to the machine (workers
+capped to local GPUs, or to local CPU cores with gloo when there are no GPUs; each capped change printed as
+a note), starts Ray with a deliberately sized number of logical CPUs (one per worker plus headroom for Ray
+Train's controller: on a 2-core machine Ray Train deadlocks when logical CPUs equal cores), writes the
+TrainerConfig to ``<state_dir>/<name>/trainer.json`` and trains with the same code as on a cluster.
+Checkpoints go to ``<state_dir>/<name>/checkpoints/``, so running the same manifest again resumes
+(``fresh=True`` starts over).
+
+While it runs, a progress line is drawn from the status records rank 0 writes to
+``<state_dir>/<name>/status.json``; a worker-group restart is announced. At the end the status is printed
+as the CR would carry it (YAML). SIGTERM or Ctrl-C asks the workers to checkpoint and stop; the process
+then ends 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import pathlib
+import shutil
+import sys
+import threading
+import time
+from typing import Any, TextIO
+
+import yaml
+
+from trainop.api import manifest, trainer_config, trainingjob
+from trainop_trainer import config as config_module
+
+DEFAULT_STATE_DIR = ".trainop"
+STOP_GRACE_S = 60.0
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalPlan:
+    spec: trainingjob.TrainingJobSpec
+    num_workers: int
+    num_gpus: int
+    logical_cpus: int
+    notes: list[str]
+
+
+def _local_gpus() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except ImportError:
+        return 0
+
+
+def plan_local(
+    spec: trainingjob.TrainingJobSpec, *, workers: int | None, cpu_count: int, gpu_count: int
+) -> LocalPlan:
+    """Fit ``spec`` to this machine (pure: the machine's facts are arguments)."""
+    notes: list[str] = []
+    asked = config_module.scaling_for(spec)
+    wanted = workers if workers is not None else asked.num_workers
+    precision = spec.precision
+    if asked.use_gpu and gpu_count > 0:
+        n = min(wanted, gpu_count)
+        if n < wanted:
+            notes.append(
+                f"the job asks for {wanted} GPU workers; this machine has {gpu_count} GPU(s): using {n}"
+            )
+        new_workers = spec.workers.model_copy(
+            update={"replicas": n, "gpus_per_worker": 1, "cpus_per_worker": 1.0}
+        )
+        gpus = n
+    else:
+        n = max(1, min(wanted, cpu_count))
+        if asked.use_gpu:
+            notes.append("the job asks for GPUs; this machine has none: training on CPU with gloo")
+        if n < wanted:
+            notes.append(
+                f"the job asks for {wanted} workers; this machine has {cpu_count} CPU core(s): using {n}"
+            )
+        if precision == trainingjob.Precision.FP16:
+            precision = trainingjob.Precision.BF16
+            notes.append("precision fp16 needs a GPU: using bf16 on CPU")
+        new_workers = spec.workers.model_copy(
+            update={"replicas": n, "gpus_per_worker": 0, "cpus_per_worker": 1.0}
+        )
+        gpus = 0
+    local_spec = spec.model_copy(update={"workers": new_workers, "precision": precision})
+    # One logical CPU per worker plus headroom: Ray Train's controller and helpers must never wait for a CPU.
+    logical = max(n + 4, cpu_count)
+    notes.append(f"Ray starts with {logical} logical CPUs for {n} worker(s) on {cpu_count} core(s)")
+    return LocalPlan(spec=local_spec, num_workers=n, num_gpus=gpus, logical_cpus=logical, notes=notes)
+
+
+class ProgressLine:
+    """Draws rank 0's status.json as one live line; announces worker-group restarts."""
+
+    def __init__(self, status_file: pathlib.Path, events_file: pathlib.Path, out: TextIO) -> None:
+        self.status_file = status_file
+        self.events_file = events_file
+        self.out = out
+        self.tty = out.isatty()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="progress", daemon=True)
+        self._restarts = 0
+        self._last_line = ""
+        self._last_print = 0.0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        self._render(final=True)
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            data: dict[str, Any] = json.loads(self.status_file.read_text())
+            return data
+        except (OSError, ValueError):
+            return {}
+
+    def _last_resume_step(self) -> int | None:
+        try:
+            lines = self.events_file.read_text().splitlines()
+        except OSError:
+            return None
+        resumes = [json.loads(line) for line in lines if '"resume"' in line]
+        return int(resumes[-1]["step"]) if resumes else None
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            self._render(final=False)
+
+    def _render(self, *, final: bool) -> None:
+        status = self._read()
+        progress = status.get("progress") or {}
+        if not progress:
+            return
+        restarts = int(progress.get("workerRestarts", 0))
+        if restarts > self._restarts:
+            self._restarts = restarts
+            ckpt = self._last_resume_step()
+            self._write_line(
+                f"worker group restarted (restart {restarts} of this run): resumed from checkpoint "
+                f"step {ckpt}",
+                newline=True,
+            )
+        step, total = progress.get("step", 0), progress.get("totalSteps")
+        percent = progress.get("percent") or 0.0
+        bar = "#" * int(percent // 5) + "-" * (20 - int(percent // 5))
+        parts = [f"step {step}/{total or '?'} [{bar}] {percent:5.1f}%"]
+        if progress.get("loss") is not None:
+            parts.append(f"loss {progress['loss']:.4f}")
+        if progress.get("samplesPerSecond") is not None:
+            parts.append(f"{progress['samplesPerSecond']:.0f} samples/s")
+        if progress.get("etaSeconds") is not None and not final:
+            parts.append(f"eta {progress['etaSeconds']:.0f}s")
+        ckpt_step = (status.get("checkpoint") or {}).get("step")
+        if ckpt_step is not None:
+            parts.append(f"checkpoint {ckpt_step}")
+        line = "  ".join(parts)
+        now = time.monotonic()
+        if line != self._last_line and (self.tty or final or now - self._last_print >= 5.0):
+            self._write_line(line, newline=not self.tty or final)
+            self._last_line, self._last_print = line, now
+
+    def _write_line(self, line: str, *, newline: bool) -> None:
+        if self.tty:
+            self.out.write("\r\x1b[2K" + line + ("\n" if newline else ""))
+        else:
+            self.out.write(line + "\n")
+        self.out.flush()
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def final_status(
+    *,
+    result_outcome: str,
+    error: str | None,
+    status_file: pathlib.Path,
+    plan: LocalPlan,
+    start_time: str,
+) -> trainingjob.TrainingJobStatus:
+    """The status the operator would show for this run (operator fields filled in as it would)."""
+    try:
+        records = json.loads(status_file.read_text())
+    except (OSError, ValueError):
+        records = {}
+    progress = records.get("progress")
+    if result_outcome == "completed":
+        phase, condition = (
+            trainingjob.Phase.SUCCEEDED,
+            ("Succeeded", "True", "Completed", "training completed"),
+        )
+    elif result_outcome in ("stopped", "preempted"):
+        phase = trainingjob.Phase.SUSPENDED
+        condition = (
+            "Suspended",
+            "True",
+            "Interrupted",
+            "stopped by a signal after a checkpoint; run the same command again to resume",
+        )
+    else:
+        phase, condition = (
+            trainingjob.Phase.FAILED,
+            ("Failed", "True", "TrainingFailed", (error or "")[:2000]),
+        )
+    kind, value, reason, message = condition
+    return trainingjob.TrainingJobStatus.model_validate(
+        {
+            "phase": phase,
+            "conditions": [
+                {
+                    "type": kind,
+                    "status": value,
+                    "reason": reason,
+                    "message": message,
+                    "lastTransitionTime": _now(),
+                }
+            ],
+            "attempt": 1,
+            "restarts": 0,
+            "workers": plan.num_workers,
+            "gpus": plan.num_gpus,
+            "startTime": start_time,
+            "completionTime": _now() if phase.finished else None,
+            "progress": progress,
+            "checkpoint": records.get("checkpoint"),
+            "network": records.get("network"),
+        },
+        by_alias=True,
+    )
+
+
+def run_manifest(
+    path: str | os.PathLike[str],
+    *,
+    workers: int | None = None,
+    inject_failure_at_step: int | None = None,
+    state_dir: str | os.PathLike[str] = DEFAULT_STATE_DIR,
+    fresh: bool = False,
+    verbose: bool = False,
+    out: TextIO | None = None,
+) -> int:
+    """Run every TrainingJob in the manifest file locally; returns the process exit code (0 ok, 1 training
+    failed, 2 invalid manifest). ``inject_failure_at_step`` (or $TRAINOP_INJECT_FAILURE_AT_STEP) kills one
+    worker once, right after the first checkpoint at or after that step."""
+    out = out or sys.stdout
+    try:
+        resources = manifest.load_file(pathlib.Path(path))
+    except manifest.ManifestError as exc:
+        for error in exc.errors:
+            print(f"trainop: {exc.source}: {error}", file=sys.stderr)
+        return 2
+    jobs = [r for r in resources if isinstance(r, trainingjob.TrainingJob)]
+    if len(jobs) != len(resources):
+        print("trainop: local mode runs TrainingJobs; skipping the other kinds in the file", file=sys.stderr)
+    if inject_failure_at_step is None:
+        inject_failure_at_step = config_module.inject_failure_from_env()
+    code = 0
+    for job in jobs:
+        code = max(
+            code,
+            _run_job(
+                job,
+                workers=workers,
+                inject=inject_failure_at_step,
+                state_dir=state_dir,
+                fresh=fresh,
+                verbose=verbose,
+                out=out,
+            ),
+        )
+    return code
+
+
+def _run_job(
+    job: trainingjob.TrainingJob,
+    *,
+    workers: int | None,
+    inject: int | None,
+    state_dir: str | os.PathLike[str],
+    fresh: bool,
+    verbose: bool,
+    out: TextIO,
+) -> int:
+    from trainop_trainer import preempt, ray_train, user
+    from trainop_trainer.runtime import configure_logging
+
+    name = job.metadata.name
+    plan = plan_local(job.spec, workers=workers, cpu_count=os.cpu_count() or 1, gpu_count=_local_gpus())
+    storage = pathlib.Path(state_dir).resolve()
+    run_dir = storage / name
+    if fresh and run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config = trainer_config.TrainerConfig(
+        job_name=name, run_name=name, storage_path=str(storage), attempt=1, spec=plan.spec, status_target=None
+    )
+    (run_dir / "trainer.json").write_text(trainer_config.dumps(config))
+    if job.spec.workload.entrypoint is not None:
+        try:
+            user.resolve(job.spec.workload.entrypoint)
+        except user.EntrypointError as exc:
+            print(f"trainop: error: {exc}", file=sys.stderr)
+            return 2
+    print(f"trainop: running TrainingJob {name} locally; state in {run_dir}", file=out)
+    for note in plan.notes:
+        print(f"trainop: note: {note}", file=out)
+    if inject is not None:
+        print(
+            f"trainop: note: a worker will be killed once, right after the first checkpoint at or after step "
+            f"{inject}; Ray Train restarts the worker group and resumes from that checkpoint",
+            file=out,
+        )
+    out.flush()
+    if verbose:
+        configure_logging(rank=None)
+    ray_train.ensure_ray(num_cpus=plan.logical_cpus, num_gpus=plan.num_gpus or None, log_to_driver=verbose)
+    paths = config_module.paths_for(config)
+    preempt.reset()
+    preempt.install_driver_handler(paths.stop_file, grace_s=STOP_GRACE_S)
+    start_time = _now()
+    progress = ProgressLine(paths.status_file, paths.events_file, out)
+    progress.start()
+    try:
+        result = ray_train.run(config, inject_failure_at_step=inject)
+    finally:
+        progress.stop()
+    if result.error:
+        print(f"trainop: training failed: {result.error}", file=sys.stderr)
+    status = final_status(
+        result_outcome=result.outcome,
+        error=result.error,
+        status_file=paths.status_file,
+        plan=plan,
+        start_time=start_time,
+    )
+    print(f"trainop: TrainingJob {name} {result.outcome}; status:", file=out)
+    print(yaml.safe_dump({"status": status.to_wire()}, sort_keys=False).rstrip(), file=out)
+    return result.exit_code

@@ -1,0 +1,174 @@
+"""Preemption: SIGTERM -> checkpoint at the next step -> clean exit, and the pod's preStop helper.
+
+In a worker process, ``install()`` registers a SIGTERM handler that only records the signal; the train loop
+sees ``requested()`` at its next step, every rank agrees through the control channel, a checkpoint is
+written synchronously, and the process that received the signal exits 0. Python only lets the main thread
+install handlers, and Ray Train runs the training function on a separate thread of its worker actor, so
+under Ray the handler is installed by running ``_install_handler`` as a task of the worker actor itself
+(its main thread executes actor tasks).
+
+A Kubernetes pod's SIGTERM goes to the container's PID 1 (Ray's ``ray start``), not to the training
+processes, so each worker also writes its PID into ``$TRAINOP_PID_DIR`` (default /tmp/trainop/pids), and
+the worker pods get a preStop hook::
+
+    python -m trainop_trainer.preempt --timeout 60
+
+which sends SIGTERM to every registered training process of the pod and waits for them to exit (the
+kubelet runs preStop before it signals the containers, within terminationGracePeriodSeconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import pathlib
+import signal
+import sys
+import threading
+import time
+from types import FrameType
+
+from trainop_trainer import config as config_module
+
+log = logging.getLogger(__name__)
+
+_requested = threading.Event()
+_signalled_at: list[float] = []
+
+
+def _handler(signum: int, frame: FrameType | None) -> None:
+    del frame
+    if not _requested.is_set():
+        _signalled_at.append(time.time())
+    _requested.set()
+    # Logging from a signal handler can deadlock on the logging lock; a raw write cannot.
+    os.write(2, f"trainop: received signal {signum}; checkpointing at the next step\n".encode())
+
+
+def _install_handler() -> str:
+    signal.signal(signal.SIGTERM, _handler)
+    return threading.current_thread().name
+
+
+def install() -> None:
+    """Route SIGTERM of this process to ``requested()``, from whichever thread we run on."""
+    if threading.current_thread() is threading.main_thread():
+        _install_handler()
+        return
+    import ray
+
+    actor = ray.get_runtime_context().current_actor
+    ray.get(actor.execute.remote(_install_handler))
+
+
+def requested() -> bool:
+    """True once this process received SIGTERM (or ``request()`` was called)."""
+    return _requested.is_set()
+
+
+def signalled_at() -> float | None:
+    return _signalled_at[0] if _signalled_at else None
+
+
+def request() -> None:
+    _requested.set()
+
+
+def reset() -> None:
+    _requested.clear()
+    _signalled_at.clear()
+
+
+def install_driver_handler(stop_file: pathlib.Path, *, grace_s: float) -> None:
+    """On SIGTERM/SIGINT in a driver: ask the workers to checkpoint and stop (``stop_file``), and exit 0
+    after ``grace_s`` seconds if they have not finished by then. Call from the main thread, after
+    ``ray.init`` (which installs its own SIGTERM handler)."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        del frame
+        if _requested.is_set():
+            return
+        _requested.set()
+        _signalled_at.append(time.time())
+        stop_file.parent.mkdir(parents=True, exist_ok=True)
+        stop_file.write_text(f"signal {signum} at {time.time()}\n")
+        os.write(2, f"trainop: received signal {signum}; asking workers to checkpoint and stop\n".encode())
+
+        def force_exit() -> None:
+            os.write(2, f"trainop: workers did not stop within {grace_s:.0f}s; exiting\n".encode())
+            os._exit(0)
+
+        timer = threading.Timer(grace_s, force_exit)
+        timer.daemon = True
+        timer.start()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def pid_dir() -> pathlib.Path:
+    return pathlib.Path(os.environ.get(config_module.PID_DIR_ENV, config_module.DEFAULT_PID_DIR))
+
+
+def register_pid(*, run_name: str, rank: int) -> pathlib.Path:
+    directory = pid_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{run_name}-rank{rank}.pid"
+    path.write_text(str(os.getpid()))
+    return path
+
+
+def unregister_pid(path: pathlib.Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def signal_registered(*, timeout_s: float, directory: pathlib.Path | None = None) -> int:
+    """SIGTERM every registered training process and wait up to ``timeout_s`` for them to exit; returns
+    how many are still running."""
+    directory = directory or pid_dir()
+    pids: list[int] = []
+    for path in sorted(directory.glob("*.pid")) if directory.is_dir() else []:
+        try:
+            pid = int(path.read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if pid != os.getpid() and _alive(pid):
+            os.kill(pid, signal.SIGTERM)
+            pids.append(pid)
+    deadline = time.monotonic() + timeout_s
+    while pids and time.monotonic() < deadline:
+        pids = [pid for pid in pids if _alive(pid)]
+        time.sleep(0.2)
+    return len(pids)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m trainop_trainer.preempt",
+        description="preStop hook: SIGTERM this pod's training processes and wait for their checkpoint.",
+    )
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for them to exit")
+    args = parser.parse_args(argv)
+    left = signal_registered(timeout_s=args.timeout)
+    if left:
+        print(
+            f"trainop: {left} training process(es) still running after {args.timeout:.0f}s", file=sys.stderr
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,341 @@
+"""The built-in train loop: a ``Trainer`` with ``forward_backward_step``, ``train_step`` and ``train``.
+
+Parallelism is applied in one place (``_parallelize``): move to the device, channels_last for CNNs, DDP
+(gloo on CPU, NCCL on GPU), then ``torch.compile`` of the DDP module when ``spec.compile`` is set (so
+DDP's graph splitting keeps gradient all-reduce overlapped with backward).
+
+The hot loop stays lean: no host-device synchronisation per step (the loss is accumulated on the device
+and read only at report time), non-blocking copies from pinned memory with the next batch prefetched on a
+side stream, fused optimizers on CUDA, ``zero_grad(set_to_none=True)``, ``no_sync`` for all but the last
+micro-batch of a gradient-accumulation group. ``ray.train.report`` runs only at report time
+(``spec.reporting``), never per step: it is a barrier across ranks.
+
+Exact resume: the checkpoint carries model, optimizer, scheduler and scaler state, the step, the epoch,
+the number of micro-batches consumed in the epoch, and every rank's RNG states; the sampler restarts
+mid-epoch at the same index. On deterministic kernels (CPU) a resumed run is bitwise equal to an
+uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from trainop.api import trainingjob
+from trainop_trainer import checkpoint, data, schedule
+from trainop_trainer.runtime import Decision, Outcome, Runtime
+from trainop_trainer.workloads import Batch, Workload
+
+log = logging.getLogger(__name__)
+
+MODEL_FILE = "model.pt"
+OPTIMIZER_FILE = "optimizer.pt"
+TRAIN_STATE_FILE = "train_state.pt"
+
+_AUTOCAST_DTYPES = {trainingjob.Precision.BF16: torch.bfloat16, trainingjob.Precision.FP16: torch.float16}
+
+
+def build_optimizer(
+    model: nn.Module, hp: trainingjob.Hyperparameters, device: torch.device
+) -> torch.optim.Optimizer:
+    params = [p for p in model.parameters() if p.requires_grad]
+    fused = device.type == "cuda"
+    if hp.optimizer == trainingjob.OptimizerName.SGD:
+        return torch.optim.SGD(
+            params,
+            lr=hp.learning_rate,
+            momentum=hp.momentum,
+            weight_decay=hp.weight_decay,
+            fused=fused or None,
+        )
+    cls = torch.optim.AdamW if hp.optimizer == trainingjob.OptimizerName.ADAMW else torch.optim.Adam
+    return cls(params, lr=hp.learning_rate, weight_decay=hp.weight_decay, fused=fused or None)
+
+
+def total_steps_for(hp: trainingjob.Hyperparameters, steps_per_epoch: int) -> int:
+    """Optimizer steps of the whole run: maxSteps, or epochs x steps per epoch, whichever ends first."""
+    limits = []
+    if hp.max_steps is not None:
+        limits.append(hp.max_steps)
+    if hp.epochs is not None:
+        limits.append(hp.epochs * steps_per_epoch)
+    return min(limits)
+
+
+class Trainer:
+    def __init__(self, *, runtime: Runtime, workload: Workload) -> None:
+        self.runtime = runtime
+        self.workload = workload
+        spec = runtime.spec
+        self.spec = spec
+        self.hp = spec.hyperparameters
+        ctx = runtime.ctx
+        self.ctx = ctx
+        self.device = ctx.device
+        self.accum = self.hp.gradient_accumulation_steps
+        self.batch_size = self.hp.batch_size_per_worker
+
+        self.model = workload.model  # unwrapped: checkpoints hold its state dict
+        self.train_model = self._parallelize(workload.model)
+        self.optimizer = build_optimizer(self.model, self.hp, self.device)
+
+        self.sampler = data.ResumableDistributedSampler(
+            workload.dataset, num_replicas=ctx.world_size, rank=ctx.rank, seed=self.hp.seed
+        )
+        self.loader = data.make_loader(
+            workload.dataset,
+            self.sampler,
+            batch_size=self.batch_size,
+            num_workers=spec.workload.dataset.num_workers,
+            pin_memory=self.device.type == "cuda",
+        )
+        self.batches = data.DeviceBatches(self.loader, device=self.device, to_device=workload.to_device)
+        self.steps_per_epoch = data.batches_per_epoch(self.sampler, self.batch_size) // self.accum
+        if self.steps_per_epoch < 1:
+            num_samples = self.sampler.total_size
+            raise ValueError(
+                f"spec.workload.dataset: {num_samples} samples make no full optimizer step for "
+                f"{ctx.world_size} workers x batchSizePerWorker {self.batch_size} x "
+                f"gradientAccumulationSteps {self.accum}: use more samples or a smaller batch"
+            )
+        self.total_steps = total_steps_for(self.hp, self.steps_per_epoch)
+        self.schedule = schedule.LearningRateSchedule(
+            kind=self.hp.schedule.kind.value,
+            total_steps=self.total_steps,
+            warmup_steps=self.hp.schedule.warmup_steps,
+            min_lr_ratio=self.hp.schedule.min_lr_ratio,
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.schedule)
+        precision = spec.precision
+        self.autocast_dtype = _AUTOCAST_DTYPES.get(precision)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=precision == trainingjob.Precision.FP16)
+
+        self.step = 0
+        self.epoch = 0
+        self.batches_in_epoch = 0
+        # Report-window accumulators; the loss sum stays on the device until report time.
+        self._loss_sum = torch.zeros((), device=self.device, dtype=torch.float32)
+        self._loss_count = 0
+        self._window_start = time.perf_counter()
+        self._window_step = 0
+        self._last_loss: float | None = None
+        self._ray_reported_step: int | None = None
+        self._last_samples_per_second: float | None = None
+
+    # -------------------------------------------------------------------------------------------- set-up
+    def _parallelize(self, model: nn.Module) -> nn.Module:
+        model.to(self.device)
+        if self.workload.channels_last:
+            model.to(memory_format=torch.channels_last)
+        ddp_kwargs: dict[str, Any] = {"gradient_as_bucket_view": True}
+        if self.device.type == "cuda":
+            ddp_kwargs["device_ids"] = [self.device.index]
+        parallel: nn.Module = DistributedDataParallel(model, **ddp_kwargs)
+        if self.spec.compile:
+            parallel = torch.compile(parallel)  # type: ignore[assignment]
+        return parallel
+
+    @property
+    def _ddp(self) -> DistributedDataParallel:
+        module = self.train_model
+        inner = getattr(module, "_orig_mod", module)
+        assert isinstance(inner, DistributedDataParallel)
+        return inner
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
+
+    # ---------------------------------------------------------------------------------------- the steps
+    def forward_backward_step(
+        self, inputs: torch.Tensor, targets: torch.Tensor, *, sync_grads: bool
+    ) -> torch.Tensor:
+        """Forward and backward of one micro-batch; returns the (detached) unscaled loss."""
+        sync = contextlib.nullcontext() if sync_grads else self._ddp.no_sync()
+        with sync:
+            with self._autocast():
+                outputs = self.train_model(inputs)
+                loss = self.workload.loss_fn(outputs, targets)
+            self.scaler.scale(loss / self.accum).backward()  # type: ignore[no-untyped-call]
+        return loss.detach()
+
+    def train_step(self, micro_batches: list[Batch]) -> None:
+        """One optimizer step over ``gradient_accumulation_steps`` micro-batches."""
+        last = len(micro_batches) - 1
+        for index, (inputs, targets) in enumerate(micro_batches):
+            loss = self.forward_backward_step(inputs, targets, sync_grads=index == last)
+            self._loss_sum += loss.float()
+        self._loss_count += len(micro_batches)
+        if self.hp.gradient_clip_norm is not None:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.hp.gradient_clip_norm, foreach=True)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+
+    # ------------------------------------------------------------------------------------ checkpoints
+    def _payload(self) -> dict[str, Any]:
+        return {
+            MODEL_FILE: checkpoint.to_cpu(self.model.state_dict()),
+            OPTIMIZER_FILE: checkpoint.to_cpu(self.optimizer.state_dict()),
+            TRAIN_STATE_FILE: {
+                # The schedule itself is rebuilt from the spec (maxSteps may change between attempts).
+                "scheduler": {**self.scheduler.state_dict(), "lr_lambdas": [None]},
+                "scaler": self.scaler.state_dict(),
+                "step": self.step,
+                "epoch": self.epoch,
+                "batches_in_epoch": self.batches_in_epoch,
+                "world_size": self.ctx.world_size,
+            },
+        }
+
+    def save_checkpoint(self, *, wait: bool = False) -> None:
+        self.runtime.save(
+            step=self.step,
+            epoch=self.epoch,
+            payload_fn=self._payload,
+            progress={
+                "batchesInEpoch": self.batches_in_epoch,
+                "samplesInEpoch": self.batches_in_epoch * self.batch_size * self.ctx.world_size,
+            },
+            metrics_values={} if self._last_loss is None else {"loss": self._last_loss},
+            wait=wait,
+        )
+
+    def restore(self) -> None:
+        saved = self.runtime.restore()
+        if saved is None:
+            return
+        self.model.load_state_dict(saved.load(MODEL_FILE))
+        self.optimizer.load_state_dict(saved.load(OPTIMIZER_FILE))
+        state = saved.load(TRAIN_STATE_FILE)
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+        self.step = int(state["step"])
+        self.epoch = int(state["epoch"])
+        batches = int(state["batches_in_epoch"])
+        saved_world = int(state.get("world_size", self.ctx.world_size))
+        if saved_world != self.ctx.world_size:
+            # Same global position, re-split over the new number of ranks.
+            batches = batches * saved_world // self.ctx.world_size
+            log.warning(
+                "world size changed %d -> %d: data order resumes approximately",
+                saved_world,
+                self.ctx.world_size,
+            )
+        self.batches_in_epoch = batches
+        if self.ctx.is_rank0:
+            self.runtime.metrics.checkpoint_last_step.set(self.step)
+
+    # --------------------------------------------------------------------------------------- reporting
+    def report(self, *, to_ray: bool) -> None:
+        now = time.perf_counter()
+        local_loss = float(self._loss_sum.item()) / self._loss_count if self._loss_count else self._last_loss
+        steps = self.step - self._window_step
+        elapsed = max(now - self._window_start, 1e-9)
+        samples = steps * self.accum * self.batch_size * self.ctx.world_size
+        # A report with no new steps (the final one) repeats the last window's throughput.
+        samples_per_second = samples / elapsed if steps else self._last_samples_per_second
+        eta = (
+            (self.total_steps - self.step) * elapsed / steps
+            if steps
+            else (0.0 if self.step >= self.total_steps else None)
+        )
+        self._last_samples_per_second = samples_per_second
+        loss = self.runtime.report(
+            step=self.step,
+            total_steps=self.total_steps,
+            epoch=self.epoch,
+            local_loss=local_loss,
+            samples_per_second=samples_per_second,
+            eta_seconds=eta,
+            to_ray=to_ray,
+        )
+        if loss is not None:
+            self._last_loss = loss
+        if to_ray:
+            self._ray_reported_step = self.step
+        self._loss_sum.zero_()
+        self._loss_count = 0
+        self._window_start = now  # the report's own cost counts against the next window's throughput
+        self._window_step = self.step
+
+    # ------------------------------------------------------------------------------------------- loop
+    def _epoch_batches(self) -> Iterator[list[Batch]]:
+        """The remaining accumulation groups of the current epoch."""
+        self.sampler.set_epoch(self.epoch)
+        self.sampler.set_start_index(self.batches_in_epoch * self.batch_size)
+        batches = iter(self.batches)
+        while True:
+            group = list(itertools.islice(batches, self.accum))
+            if len(group) < self.accum:
+                return
+            yield group
+
+    def _after_step(self, decision: Decision) -> None:
+        if decision.report:
+            self.report(to_ray=decision.ray_report)
+        if decision.checkpoint:
+            self.save_checkpoint(wait=decision.stop)
+        self.runtime.maybe_inject_failure(step=self.step, checkpointed_now=decision.checkpoint)
+
+    def train(self) -> Outcome:
+        self.restore()
+        runtime = self.runtime
+        if self.ctx.is_rank0:
+            log.info(
+                "training %s: step %d of %d, epoch %d, %d steps per epoch, %d workers",
+                self.workload.name,
+                self.step,
+                self.total_steps,
+                self.epoch,
+                self.steps_per_epoch,
+                self.ctx.world_size,
+            )
+        self.train_model.train()
+        runtime.reset_clocks()
+        self._window_start = time.perf_counter()
+        self._window_step = self.step
+        step_seconds = runtime.metrics.step_seconds
+        last = time.perf_counter()
+        outcome = Outcome.COMPLETED
+        while self.step < self.total_steps and outcome == Outcome.COMPLETED:
+            for group in self._epoch_batches():
+                self.train_step(group)
+                self.step += 1
+                self.batches_in_epoch += self.accum
+                now = time.perf_counter()
+                step_seconds.observe(now - last)
+                last = now
+                decision = runtime.poll(self.step)
+                self._after_step(decision)
+                if decision.stop:
+                    outcome = Outcome.PREEMPTED if decision.preempt else Outcome.STOPPED
+                    break
+                if self.step >= self.total_steps:
+                    break
+            else:
+                self.epoch += 1
+                self.batches_in_epoch = 0
+        return self._finish(outcome)
+
+    def _finish(self, outcome: Outcome) -> Outcome:
+        if outcome == Outcome.COMPLETED:
+            if self._loss_count or self._ray_reported_step != self.step:
+                self.report(to_ray=True)
+            if self.runtime.last_checkpoint_step != self.step:
+                self.save_checkpoint(wait=True)
+        self.runtime.write_outcome(outcome, self.step)
+        if self.ctx.is_rank0:
+            log.info("training %s at step %d of %d", outcome.value, self.step, self.total_steps)
+        return outcome

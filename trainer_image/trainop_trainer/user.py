@@ -1,0 +1,258 @@
+"""User workloads: ``spec.workload.entrypoint: "pkg.module:function"`` and the context handed to it.
+
+The function is called once per worker as ``function(ctx)`` with a ``Context`` that offers the same services
+as the built-in loop: the free-form ``spec.workload.config`` (``ctx.config``), rank / world size / device,
+``prepare_model`` (device + DDP), checkpoint ``save_checkpoint`` / ``load_checkpoint`` (same atomic,
+verified, pruned checkpoints), and ``step_done`` for metrics, progress reporting and the decisions every
+rank must take together (``checkpoint_due``, ``should_stop``). A minimal loop::
+
+    def train(ctx):
+        model = ctx.prepare_model(MyNet())
+        opt = torch.optim.SGD(model.parameters(), lr=ctx.hyperparameters.learning_rate)
+        start = 0
+        if (restored := ctx.load_checkpoint()) is not None:
+            model.module.load_state_dict(restored.state["model"]); opt.load_state_dict(restored.state["opt"])
+            start = restored.step
+        for step in range(start + 1, ctx.total_steps + 1):
+            loss = ...; loss.backward(); opt.step(); opt.zero_grad()
+            ctx.step_done(step, loss=loss.detach(), samples=batch_size)
+            if ctx.checkpoint_due:
+                ctx.save_checkpoint({"model": model.module.state_dict(), "opt": opt.state_dict()}, step=step)
+            if ctx.should_stop:
+                return
+
+``step_done``, ``save_checkpoint`` and ``load_checkpoint`` are collective: every rank calls them at the
+same steps. Reports to Ray Train happen inside ``step_done`` at ``spec.reporting`` intervals only.
+
+A bad entrypoint fails before any worker starts, with one sentence naming ``spec.workload.entrypoint``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from trainop.api import trainingjob
+from trainop_trainer import checkpoint
+from trainop_trainer.runtime import Decision, Outcome, Runtime
+
+USER_STATE_FILE = "user_state.pt"
+
+UserFunction = Callable[["Context"], Any]
+
+
+class EntrypointError(ValueError):
+    """``spec.workload.entrypoint`` does not name a callable."""
+
+
+def resolve(entrypoint: str) -> UserFunction:
+    """Import ``pkg.module`` and return its ``function``; ``EntrypointError`` (one sentence) otherwise."""
+    field = f"spec.workload.entrypoint {entrypoint!r}"
+    module_name, sep, attr = entrypoint.partition(":")
+    if not sep or not module_name or not attr:
+        raise EntrypointError(f"{field} must have the form 'pkg.module:function'; add the ':function' part")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise EntrypointError(
+            f"{field}: module {module_name!r} cannot be imported ({exc}); install the package that provides "
+            "it in the trainer image (or put it on PYTHONPATH), or correct the module path"
+        ) from None
+    except Exception as exc:
+        raise EntrypointError(
+            f"{field}: importing module {module_name!r} raised {type(exc).__name__}: {exc}; fix that error "
+            "in your module"
+        ) from None
+    if not hasattr(module, attr):
+        raise EntrypointError(
+            f"{field}: module {module_name!r} has no attribute {attr!r}; name a function defined in that "
+            "module, as 'pkg.module:function'"
+        )
+    function = getattr(module, attr)
+    if not callable(function):
+        raise EntrypointError(
+            f"{field}: {module_name}.{attr} is a {type(function).__name__}, not a callable; point it at a "
+            "function that takes the trainop context"
+        )
+    result: UserFunction = function
+    return result
+
+
+@dataclasses.dataclass(frozen=True)
+class Restored:
+    step: int
+    epoch: int
+    state: dict[str, Any]
+
+
+class Context:
+    """What a user function gets. Attributes are read-only facts; methods are the trainer's services."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        spec = runtime.spec
+        self.spec: trainingjob.TrainingJobSpec = spec
+        self.config: dict[str, Any] = dict(spec.workload.config)
+        self.hyperparameters: trainingjob.Hyperparameters = spec.hyperparameters
+        self.rank = runtime.ctx.rank
+        self.world_size = runtime.ctx.world_size
+        self.local_rank = runtime.ctx.local_rank
+        self.device = runtime.ctx.device
+        self.is_rank0 = runtime.ctx.is_rank0
+        self.total_steps: int | None = spec.hyperparameters.max_steps
+        self.checkpoint_due = False
+        self.should_stop = False
+        self._decision = Decision(stop=False, preempt=False, checkpoint=False, report=False)
+        runtime.reset_clocks()
+        self._epoch = 0
+        self._loss_sum: torch.Tensor | None = None
+        self._loss_count = 0
+        self._samples = 0
+        self._window_start = time.perf_counter()
+        self._window_step: int | None = None
+        self._last_step_time = time.perf_counter()
+        self._last_step = 0
+        self._last_saved_step: int | None = None
+        self._last_loss: float | None = None
+        self._ray_reported_step: int | None = None
+        self._last_sps: float | None = None
+
+    def prepare_model(self, model: nn.Module, *, channels_last: bool = False) -> nn.Module:
+        """Move ``model`` to this worker's device and wrap it in DDP (``.module`` is your model)."""
+        model.to(self.device)
+        if channels_last:
+            model.to(memory_format=torch.channels_last)
+        device_ids = [self.device.index] if self.device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=device_ids)
+
+    def load_checkpoint(self) -> Restored | None:
+        """The newest valid checkpoint's state (collective), or None on a fresh start."""
+        saved = self._runtime.restore()
+        if saved is None:
+            return None
+        state = saved.load(USER_STATE_FILE) if saved.has(USER_STATE_FILE) else {}
+        self._epoch = saved.manifest.epoch
+        self._last_step = saved.step
+        self._last_saved_step = saved.step
+        return Restored(step=saved.step, epoch=saved.manifest.epoch, state=state)
+
+    def save_checkpoint(self, state: Mapping[str, Any], *, step: int, epoch: int | None = None) -> None:
+        """Save ``state`` (tensors and plain data) as the checkpoint of ``step`` (collective). The write runs
+        in the background, except when training is stopping."""
+        epoch = self._epoch if epoch is None else epoch
+        snapshot = dict(state)
+
+        def payload() -> dict[str, Any]:
+            return {USER_STATE_FILE: checkpoint.to_cpu(snapshot)}
+
+        self._runtime.save(
+            step=step,
+            epoch=epoch,
+            payload_fn=payload,
+            progress={},
+            metrics_values={},
+            wait=self.should_stop,
+        )
+        self._last_saved_step = step
+        self.checkpoint_due = False
+        self._runtime.maybe_inject_failure(step=step, checkpointed_now=True)
+
+    def step_done(
+        self,
+        step: int,
+        *,
+        loss: torch.Tensor | float | None = None,
+        samples: int | None = None,
+        epoch: int | None = None,
+        metrics: Mapping[str, float] | None = None,
+    ) -> None:
+        """Call after every optimizer step on every rank. Updates metrics, reports at the configured interval,
+        and sets ``checkpoint_due`` / ``should_stop`` for this step (the same on every rank)."""
+        runtime = self._runtime
+        now = time.perf_counter()
+        runtime.metrics.step_seconds.observe(now - self._last_step_time)
+        self._last_step_time = now
+        if self._window_step is None:
+            self._window_step = self._last_step
+        if epoch is not None:
+            self._epoch = epoch
+        if loss is not None:
+            value = loss.detach().float() if isinstance(loss, torch.Tensor) else torch.tensor(float(loss))
+            self._loss_sum = value if self._loss_sum is None else self._loss_sum + value
+            self._loss_count += 1
+        if samples is not None:
+            self._samples += samples
+        self._last_step = step
+        decision = runtime.poll(step)
+        self._decision = decision
+        if decision.report:
+            self._report(step, metrics, to_ray=decision.ray_report)
+        self.checkpoint_due = decision.checkpoint
+        self.should_stop = decision.stop
+        runtime.maybe_inject_failure(step=step, checkpointed_now=False)
+
+    def _report(self, step: int, metrics: Mapping[str, float] | None, *, to_ray: bool) -> None:
+        now = time.perf_counter()
+        elapsed = max(now - self._window_start, 1e-9)
+        steps = step - (self._window_step or 0)
+        if self._loss_sum is not None:
+            local_loss: float | None = float(self._loss_sum.item()) / self._loss_count
+            self._last_loss = local_loss
+        else:
+            local_loss = self._last_loss
+        samples_per_second = self._samples * self.world_size / elapsed if self._samples else self._last_sps
+        self._last_sps = samples_per_second
+        eta = (self.total_steps - step) * elapsed / steps if self.total_steps and steps > 0 else None
+        self._runtime.report(
+            step=step,
+            total_steps=self.total_steps,
+            epoch=self._epoch,
+            local_loss=local_loss,
+            samples_per_second=samples_per_second,
+            eta_seconds=eta,
+            to_ray=to_ray,
+            extra=metrics,
+        )
+        self._loss_sum, self._loss_count, self._samples = None, 0, 0
+        self._window_start = now
+        if to_ray:
+            self._ray_reported_step = step
+        self._window_step = step
+
+    def outcome(self) -> Outcome:
+        if not self._decision.stop:
+            return Outcome.COMPLETED
+        return Outcome.PREEMPTED if self._decision.preempt else Outcome.STOPPED
+
+    @property
+    def last_step(self) -> int:
+        return self._last_step
+
+    @property
+    def unreported_steps(self) -> bool:
+        return self._window_step is not None and self._ray_reported_step != self._last_step
+
+    def report_now(self) -> None:
+        """Report progress immediately (collective); the loop's final report uses it."""
+        self._report(self._last_step, None, to_ray=True)
+
+
+def run(runtime: Runtime) -> Outcome:
+    """Resolve and call the user's function with a fresh ``Context``."""
+    entrypoint = runtime.spec.workload.entrypoint
+    assert entrypoint is not None
+    function = resolve(entrypoint)
+    ctx = Context(runtime)
+    function(ctx)
+    outcome = ctx.outcome()
+    if outcome == Outcome.COMPLETED and ctx.unreported_steps:
+        ctx.report_now()
+    runtime.write_outcome(outcome, ctx.last_step)
+    return outcome

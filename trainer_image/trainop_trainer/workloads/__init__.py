@@ -1,0 +1,145 @@
+"""Built-in workloads: a model, its dataset, its loss, and how a CPU batch becomes a device batch.
+
+``build(spec)`` is the only entry point. It reads ``spec.workload`` (model, dataset, free-form config) and
+``spec.hyperparameters.seed`` and returns a ``Workload``; the train loop never looks at model names.
+User workloads (``spec.workload.entrypoint``) do not come through here: see ``user.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import Dataset
+
+from trainop.api import trainingjob
+from trainop_trainer.workloads import datasets, models
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+_IMAGENET_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
+_IMAGENET_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
+
+
+@dataclasses.dataclass
+class Workload:
+    name: str
+    model: nn.Module
+    dataset: Dataset[Batch]
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    # Moves a CPU batch to the device (non-blocking) and finishes preprocessing there.
+    to_device: Callable[[Batch, torch.device], Batch]
+    channels_last: bool = False
+
+
+def classification_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits, targets)
+
+
+def language_model_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def plain_to_device(batch: Batch, device: torch.device) -> Batch:
+    inputs, targets = batch
+    return inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
+
+
+class ImageToDevice:
+    """uint8 NCHW -> normalised float on the device, in channels_last when the model wants it."""
+
+    def __init__(self, *, channels_last: bool) -> None:
+        self.channels_last = channels_last
+        self._stats: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def __call__(self, batch: Batch, device: torch.device) -> Batch:
+        images, targets = batch
+        if device not in self._stats:
+            mean = torch.tensor(_IMAGENET_MEAN, device=device).view(1, 3, 1, 1)
+            std = torch.tensor(_IMAGENET_STD, device=device).view(1, 3, 1, 1)
+            self._stats[device] = (mean, std)
+        mean, std = self._stats[device]
+        x = images.to(device, non_blocking=True)
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        x = x.float().sub_(mean).div_(std)
+        return x, targets.to(device, non_blocking=True)
+
+
+def _images(spec: trainingjob.TrainingJobSpec, seed: int) -> Dataset[Batch]:
+    ds = spec.workload.dataset
+    kind = ds.kind
+    if kind == trainingjob.DatasetKind.SYNTHETIC:
+        return datasets.SyntheticImages(
+            num_samples=ds.num_samples, image_size=ds.image_size, num_classes=ds.num_classes, seed=seed
+        )
+    assert ds.path is not None  # the API requires a path for every non-synthetic kind
+    if kind == trainingjob.DatasetKind.CIFAR10:
+        return datasets.Cifar10(ds.path)
+    if kind == trainingjob.DatasetKind.IMAGEFOLDER:
+        return datasets.image_folder(ds.path, image_size=ds.image_size)
+    raise ValueError(
+        f"spec.workload.dataset.kind {kind.value} holds tokens, but model {spec.workload.model} needs "
+        "images: use synthetic, cifar10 or imagefolder"
+    )
+
+
+def _tokens(spec: trainingjob.TrainingJobSpec, seed: int, vocab_size: int) -> Dataset[Batch]:
+    ds = spec.workload.dataset
+    if ds.kind == trainingjob.DatasetKind.SYNTHETIC:
+        return datasets.SyntheticTokens(
+            num_samples=ds.num_samples, sequence_length=ds.sequence_length, vocab_size=vocab_size, seed=seed
+        )
+    if ds.kind == trainingjob.DatasetKind.TOKENS:
+        assert ds.path is not None
+        return datasets.TokenFile(ds.path, sequence_length=ds.sequence_length, vocab_size=vocab_size)
+    raise ValueError(
+        f"spec.workload.dataset.kind {ds.kind.value} holds images, but GPT models need tokens: use synthetic "
+        "or tokens"
+    )
+
+
+def build(spec: trainingjob.TrainingJobSpec) -> Workload:
+    """The built-in workload named by ``spec.workload.model`` (CPU, fp32; the trainer moves it)."""
+    workload = spec.workload
+    model_name = workload.model
+    if model_name is None:
+        raise ValueError("spec.workload.model is not set: user entrypoints are run by trainop_trainer.user")
+    seed = spec.hyperparameters.seed
+    ds = workload.dataset
+    # Parameters are initialised from the job's seed, identically on every rank and every attempt.
+    torch.manual_seed(seed)
+    if model_name in (trainingjob.BuiltinModel.RESNET18, trainingjob.BuiltinModel.RESNET50):
+        return Workload(
+            name=model_name.value,
+            model=models.resnet(model_name.value, num_classes=ds.num_classes),
+            dataset=_images(spec, seed),
+            loss_fn=classification_loss,
+            to_device=ImageToDevice(channels_last=True),
+            channels_last=True,
+        )
+    if model_name in (trainingjob.BuiltinModel.GPT_SMALL, trainingjob.BuiltinModel.GPT_TINY):
+        gpt = models.gpt(model_name.value, block_size=ds.sequence_length, config=workload.config)
+        return Workload(
+            name=model_name.value,
+            model=gpt,
+            dataset=_tokens(spec, seed, gpt.config.vocab_size),
+            loss_fn=language_model_loss,
+            to_device=plain_to_device,
+        )
+    if ds.kind != trainingjob.DatasetKind.SYNTHETIC:
+        raise ValueError("model mlp trains on spec.workload.dataset.kind synthetic only")
+    mlp = models.mlp(num_classes=ds.num_classes, config=workload.config)
+    input_dim = mlp.input_dim
+    return Workload(
+        name=model_name.value,
+        model=mlp,
+        dataset=datasets.SyntheticVectors(
+            num_samples=ds.num_samples, input_dim=input_dim, num_classes=ds.num_classes, seed=seed
+        ),
+        loss_fn=classification_loss,
+        to_device=plain_to_device,
+    )

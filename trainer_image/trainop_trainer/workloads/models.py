@@ -1,0 +1,170 @@
+"""The built-in models: ResNet-18/50 (torchvision, untrained), GPT (small and tiny) and an MLP.
+
+GPT follows the GPT-2 shape (learned positions, pre-LayerNorm blocks, GELU MLP, output head tied to the token
+embedding) with attention through ``F.scaled_dot_product_attention`` so that flash/efficient kernels are
+used on GPUs. ``gpt-small`` is the 124M-parameter GPT-2 small (vocabulary padded to 50304, a multiple of
+64, for efficient matrix shapes); ``gpt-tiny`` is two narrow layers for CPU tests.
+
+Every model can be shaped through ``spec.workload.config`` (camelCase keys): ``vocabSize``, ``numLayers``,
+``numHeads``, ``embedDim``, ``dropout`` for GPT; ``inputDim``, ``hiddenDim``, ``numLayers`` for the MLP.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclasses.dataclass(frozen=True)
+class GPTConfig:
+    vocab_size: int
+    block_size: int
+    num_layers: int
+    num_heads: int
+    embed_dim: int
+    dropout: float = 0.0
+
+
+GPT_SMALL = {"vocab_size": 50304, "num_layers": 12, "num_heads": 12, "embed_dim": 768}
+GPT_TINY = {"vocab_size": 1024, "num_layers": 2, "num_heads": 4, "embed_dim": 128}
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.num_heads = config.num_heads
+        self.qkv = nn.Linear(config.embed_dim, 3 * config.embed_dim)
+        self.proj = nn.Linear(config.embed_dim, config.embed_dim)
+        self.dropout = config.dropout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, channels = x.shape
+        q, k, v = self.qkv(x).split(channels, dim=2)
+        shape = (batch, length, self.num_heads, channels // self.num_heads)
+        q, k, v = (t.view(shape).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
+        )
+        out: torch.Tensor = self.proj(y.transpose(1, 2).contiguous().view(batch, length, channels))
+        return out
+
+
+class Block(nn.Module):
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(config.embed_dim)
+        self.attn = CausalSelfAttention(config)
+        self.ln2 = nn.LayerNorm(config.embed_dim)
+        self.mlp = nn.Sequential(
+            nn.Linear(config.embed_dim, 4 * config.embed_dim),
+            nn.GELU(approximate="tanh"),
+            nn.Linear(4 * config.embed_dim, config.embed_dim),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        out: torch.Tensor = x + self.mlp(self.ln2(x))
+        return out
+
+
+class GPT(nn.Module):
+    """Decoder-only transformer; ``forward(tokens[B, T]) -> logits[B, T, vocab]``."""
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        if config.embed_dim % config.num_heads:
+            raise ValueError("embedDim must be a multiple of numHeads")
+        self.config = config
+        self.token_embedding = nn.Embedding(config.vocab_size, config.embed_dim)
+        self.position_embedding = nn.Embedding(config.block_size, config.embed_dim)
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.num_layers))
+        self.ln_f = nn.LayerNorm(config.embed_dim)
+        self.head = nn.Linear(config.embed_dim, config.vocab_size, bias=False)
+        self.head.weight = self.token_embedding.weight  # tied, as in GPT-2
+        self.apply(self._init_weights)
+        # GPT-2's scaled init of the residual projections.
+        for name, param in self.named_parameters():
+            if name.endswith("proj.weight") or name.endswith("mlp.2.weight"):
+                nn.init.normal_(param, mean=0.0, std=0.02 / math.sqrt(2 * config.num_layers))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        length = tokens.shape[1]
+        positions = torch.arange(length, device=tokens.device)
+        x = self.drop(self.token_embedding(tokens) + self.position_embedding(positions))
+        for block in self.blocks:
+            x = block(x)
+        logits: torch.Tensor = self.head(self.ln_f(x))
+        return logits
+
+
+class MLP(nn.Module):
+    def __init__(self, *, input_dim: int, hidden_dim: int, num_layers: int, num_classes: int) -> None:
+        super().__init__()
+        self.input_dim = input_dim
+        layers: list[nn.Module] = []
+        width = input_dim
+        for _ in range(num_layers):
+            layers += [nn.Linear(width, hidden_dim), nn.ReLU()]
+            width = hidden_dim
+        layers.append(nn.Linear(width, num_classes))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.net(x)
+        return out
+
+
+def _int(config: dict[str, Any], key: str, default: int) -> int:
+    value = config.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"spec.workload.config.{key} must be a positive integer (got {value!r})")
+    return value
+
+
+def gpt(size: str, *, block_size: int, config: dict[str, Any]) -> GPT:
+    base = GPT_SMALL if size == "gpt-small" else GPT_TINY
+    dropout = config.get("dropout", 0.0)
+    if not isinstance(dropout, (int, float)) or not 0.0 <= float(dropout) < 1.0:
+        raise ValueError(f"spec.workload.config.dropout must be in [0, 1) (got {dropout!r})")
+    return GPT(
+        GPTConfig(
+            vocab_size=_int(config, "vocabSize", base["vocab_size"]),
+            block_size=block_size,
+            num_layers=_int(config, "numLayers", base["num_layers"]),
+            num_heads=_int(config, "numHeads", base["num_heads"]),
+            embed_dim=_int(config, "embedDim", base["embed_dim"]),
+            dropout=float(dropout),
+        )
+    )
+
+
+def mlp(*, num_classes: int, config: dict[str, Any]) -> MLP:
+    return MLP(
+        input_dim=_int(config, "inputDim", 32),
+        hidden_dim=_int(config, "hiddenDim", 64),
+        num_layers=_int(config, "numLayers", 2),
+        num_classes=num_classes,
+    )
+
+
+def resnet(name: str, *, num_classes: int) -> nn.Module:
+    import torchvision
+
+    builder = torchvision.models.resnet18 if name == "resnet18" else torchvision.models.resnet50
+    model: nn.Module = builder(weights=None, num_classes=num_classes)
+    return model
