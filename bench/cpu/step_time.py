@@ -119,8 +119,8 @@ def time_trainer(spec_dict: dict[str, Any], ctx: Any, storage: str, job: str) ->
         Trainer(runtime=runtime, workload=workloads.build(config.spec)).train()
     finally:
         runtime.close()
-    histogram = metrics.STEP_SECONDS.labels(job=job, rank=str(ctx.rank))
-    return float(histogram._sum.get())  # type: ignore[attr-defined]
+    labels = {"job": job, "rank": str(ctx.rank)}
+    return float(metrics.REGISTRY.get_sample_value("trainop_trainer_step_seconds_sum", labels) or 0.0)
 
 
 def worker(steps: int, repeats: int) -> None:

@@ -81,6 +81,8 @@ class ControlPlane:
         #: Names of the CRDs installed at start.
         self.crd_names: list[str] = []
         self._processes: dict[str, processes.ManagedProcess] = {}
+        #: Each component's readiness probe (on its ports), for :meth:`restart`.
+        self._ready_probes: dict[str, Callable[[], bool]] = {}
         self._ssl_context: ssl.SSLContext | None = None
         self._api_client: kubernetes.client.ApiClient | None = None
 
@@ -139,6 +141,19 @@ class ControlPlane:
             shutil.rmtree(self._data_dir, ignore_errors=True)
         atexit.unregister(self.stop)
 
+    def restart(self, name: str, *, down_s: float = 0.0) -> float:
+        """Stop one component ("etcd", "kube-apiserver", "kube-controller-manager") and start it again with
+        the same command line, so on the same ports and data (clients see a real restart's outage); stay
+        down ``down_s`` seconds in between. Returns the seconds from the new start until it was ready."""
+        process = self._processes[name]
+        process.stop()
+        time.sleep(down_s)
+        started = processes.ManagedProcess.start(name=name, argv=process.argv, log_path=process.log_path)
+        self._processes[name] = started
+        return started.wait_healthy(
+            self._ready_probes[name], timeout_s=self.settings.start_timeout_s, what="did not become ready"
+        )
+
     def _prune_data_dir_to_logs(self) -> None:
         """After a failed start keep only ``logs/`` (named in the error), not etcd data or keys."""
         if self._data_dir is None or self.settings.keep_data_dir:
@@ -175,6 +190,7 @@ class ControlPlane:
                     timeout_s=self.settings.start_timeout_s,
                     what="did not become ready",
                 )
+                self._ready_probes[name] = functools.partial(ready, ports)
                 return ports
             except processes.ProcessFailed:
                 process.stop()

@@ -126,13 +126,18 @@ def unregister_pid(path: pathlib.Path) -> None:
 
 
 def _alive(pid: int) -> bool:
+    """True while ``pid`` runs; an exited process its parent has not reaped yet (a zombie) counts as gone."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")
 
 
 def signal_registered(*, timeout_s: float, directory: pathlib.Path | None = None) -> int:

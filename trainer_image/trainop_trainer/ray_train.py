@@ -107,7 +107,15 @@ def ensure_ray(
     if os.environ.get("RAY_ADDRESS"):
         ray.init(log_to_driver=log_to_driver)
         return
-    ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, log_to_driver=log_to_driver)
+    # address="local": always a new runtime of our size, even when another Ray runs on this machine
+    # (without it ray.init joins that one and refuses num_cpus).
+    ray.init(
+        address="local",
+        num_cpus=num_cpus,
+        num_gpus=num_gpus,
+        include_dashboard=False,
+        log_to_driver=log_to_driver,
+    )
 
 
 def _read_outcome(paths: config_module.RunPaths, launch_id: str) -> tuple[str, int | None]:

@@ -1,1 +1,1 @@
-"""Example user workloads for ``spec.workload.entrypoint`` (put this directory on PYTHONPATH, or install it)."""
+"""Example user workloads for ``spec.workload.entrypoint`` (put this directory on PYTHONPATH)."""

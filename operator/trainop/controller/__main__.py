@@ -39,6 +39,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--verbose", action="store_true")
     parser.add_argument("--workers", type=int, default=4, help="concurrent reconciles")
     parser.add_argument("--peering", default=None, help="kopf peering name for several replicas")
+    parser.add_argument(
+        "--watch-inactivity-timeout",
+        type=float,
+        default=None,
+        help="seconds without any watch event (bookmarks included) before a watch is re-established; "
+        "default: kopf's 70",
+    )
     return parser.parse_args(argv)
 
 
@@ -53,6 +60,7 @@ def cli(argv: list[str] | None = None) -> int:
         verbose=args.verbose,
         workers=args.workers,
         peering=args.peering,
+        watch_inactivity_timeout=args.watch_inactivity_timeout,
     )
 
 

@@ -13,6 +13,12 @@ ServiceAccount, Role,       merge-patched whenever they drift from the desired m
 RoleBinding
 ==========================  ==================================================================
 
+The caller may pass what it already knows about the child (``existing``): the object it just read (the
+reconcile reads its RayJobs and claim fresh anyway), or ``None`` when it has reason to believe there is
+none yet (an owner never reconciled before), which makes the create the first request instead of a GET
+that would answer 404. A wrong belief costs one request more, never a wrong result: a create that meets
+an existing child (409) falls back to reading and comparing it.
+
 A child that is being deleted (for instance by the garbage collector, after an owner of the same name
 was deleted) is waited for with a retryable error, never patched back to life. RayJobs that are not the
 current attempt's are deleted (``prune_ray_jobs``). This module must not decide which children should
@@ -55,12 +61,29 @@ class ChildNotOurs(Exception):
     """A child with the desired name belongs to another owner (for instance a deleted namesake)."""
 
 
-async def ensure(client: kube.Kube, manifest: Mapping[str, Any]) -> str:
-    """Create ``manifest`` or bring the existing object in line; returns created | updated | unchanged."""
+class Unknown(enum.Enum):
+    UNKNOWN = "unknown"
+
+
+UNKNOWN = Unknown.UNKNOWN
+"""``ensure(existing=UNKNOWN)``: nothing is known about the child, so it is read first."""
+
+
+async def ensure(
+    client: kube.Kube,
+    manifest: Mapping[str, Any],
+    *,
+    existing: Mapping[str, Any] | Unknown | None = UNKNOWN,
+) -> str:
+    """Create ``manifest`` or bring the existing object in line; returns created | updated | unchanged.
+
+    ``existing``: the child as just read, ``None`` if it is believed absent, ``UNKNOWN`` to read it here.
+    """
     resource = kube.BY_KIND[manifest["kind"]]
     namespace = manifest["metadata"]["namespace"]
     name = manifest["metadata"]["name"]
-    existing = await client.get(resource, namespace, name)
+    if existing is UNKNOWN:
+        existing = await client.get(resource, namespace, name)
     if existing is None:
         try:
             await client.create(resource, namespace, manifest)

@@ -19,10 +19,20 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import aiohttp
+
 from trainop.controller import apply, kinds, kube, metrics, reconcile, workqueue
 
 log = logging.getLogger(__name__)
-_EXPECTED_ERRORS = (kube.ApiError, apply.ChildBeingDeleted, apply.ChildNotOurs)
+# Failures that are the world's, not a bug: logged without a traceback and retried. Transport errors
+# (an apiserver restarting, a request past its deadline) are among them.
+_EXPECTED_ERRORS = (
+    kube.ApiError,
+    apply.ChildBeingDeleted,
+    apply.ChildNotOurs,
+    aiohttp.ClientError,
+    asyncio.TimeoutError,
+)
 
 
 class Engine:

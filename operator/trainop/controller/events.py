@@ -2,10 +2,12 @@
 
 Posted with the core/v1 Event API, before the status write that records the transition, under a name
 derived from the owner's uid and the transition (``status.Event.key``): a reconcile repeated after a
-crash posts the same names again and gets 409s, so each transition is announced exactly once. Posting
-is otherwise best effort: an Event that cannot be posted is logged and dropped and never fails a
-reconcile (the same facts are on the owner's status conditions). This module must not decide which
-Events to post; ``status`` does.
+crash posts the same names again and gets 409s, so each transition is announced exactly once. An
+apiserver that cannot take an Event right now (5xx, 429 Too Many Requests, a broken connection) fails the
+reconcile, which is retried: the Event goes before the status write that records its transition, so
+dropping it would lose it for good. An Event the apiserver refuses for good (403, 422) is logged and
+dropped and never fails a reconcile (the same facts are on the owner's status conditions). This
+module must not decide which Events to post; ``status`` does.
 """
 
 from __future__ import annotations
@@ -66,4 +68,6 @@ async def post(
         except kube.ApiError as error:
             if error.status == 409:  # posted before a crash; the reconcile is being repeated
                 continue
+            if error.status >= 500 or error.status == 429:  # not now: the reconcile is retried
+                raise
             log.warning("could not post Event %s on %s: %s", event.reason, owner["metadata"]["name"], error)

@@ -6,6 +6,10 @@ but not its generated model classes: one code path serves ConfigMaps, RBAC, clai
 KubeRay's RayJobs alike. Writes use ``fieldValidation=Strict`` so that a typo in a builder fails loudly
 instead of being pruned by the apiserver, and a fixed field manager (``trainop``).
 
+Every request has a deadline (``REQUEST_TIMEOUT_SECONDS``): a connection that went silent (an apiserver
+restarted behind a load balancer, a half-open TCP connection) fails the reconcile, which is retried,
+instead of holding one of the few reconcile workers for aiohttp's default five minutes.
+
 This module must not decide anything; it only speaks HTTP.
 """
 
@@ -21,6 +25,8 @@ from kubernetes.aio import client as aio_client
 from kubernetes.aio import config as aio_config
 
 FIELD_MANAGER = "trainop"
+#: No single request of the operator's may take longer (the apiserver itself gives up after 60 s).
+REQUEST_TIMEOUT_SECONDS = 30.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,15 +114,19 @@ class Kube:
         body: Any = None,
         content_type: str = "application/json",
     ) -> dict[str, Any]:
-        params = await self._api.param_serialize(
+        # The URL and the (possibly refreshed) credentials from the client; the body is not handed to
+        # param_serialize, whose model sanitising would walk every plain-JSON body recursively (a
+        # quarter of the operator's request CPU): the transport JSON-encodes the dict once.
+        method, url, headers, _, _ = await self._api.param_serialize(
             method,
             path,
             query_params=list((query or {}).items()),
             header_params={"Content-Type": content_type, "Accept": "application/json"},
-            body=body,
             auth_settings=["BearerToken"],
         )
-        response = await self._api.call_api(*params)
+        response = await self._api.call_api(
+            method, url, headers, body, None, _request_timeout=REQUEST_TIMEOUT_SECONDS
+        )
         raw = await response.read()  # type: ignore[no-untyped-call]
         data: dict[str, Any] = json.loads(raw) if raw else {}
         if response.status >= 400:

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import kopf
@@ -36,6 +36,7 @@ def run(
     verbose: bool = False,
     workers: int = 4,
     peering: str | None = None,
+    watch_inactivity_timeout: float | None = None,
 ) -> int:
     """Run the operator until SIGINT/SIGTERM; returns the process exit code (0).
 
@@ -46,6 +47,9 @@ def run(
     log_format     "plain", "full" or "json" (one JSON object per line, for log pipelines).
     workers        concurrent reconciles (of different owners; one owner is never reconciled twice at once).
     peering        a kopf peering name for multi-replica deployments; None runs standalone.
+    watch_inactivity_timeout
+                   seconds without any event (not even the apiserver's bookmarks, about one a minute) after
+                   which a watch stream counts as dead and is re-established; None keeps kopf's 70 s.
     """
     formats = {"plain": kopf.LogFormat.PLAIN, "full": kopf.LogFormat.FULL, "json": kopf.LogFormat.JSON}
     kopf.configure(verbose=verbose, log_format=formats[log_format])
@@ -60,6 +64,7 @@ def run(
             kubeconfig=kubeconfig,
             workers=workers,
             peering=peering,
+            watch_inactivity_timeout=watch_inactivity_timeout,
         )
     )
     return 0
@@ -72,6 +77,7 @@ async def serve(
     kubeconfig: str | None,
     workers: int,
     peering: str | None,
+    watch_inactivity_timeout: float | None = None,
     stop_flag: asyncio.Event | threading.Event | None = None,
     ready_flag: asyncio.Event | threading.Event | None = None,
 ) -> None:
@@ -81,6 +87,13 @@ async def serve(
     registry = kopf.OperatorRegistry()
     settings = kopf.OperatorSettings()
     settings.posting.enabled = False  # our own Events (events.py); kopf's would repeat log lines
+    # kopf deep-copies every watched body into a "diff base" for change handlers; we register none (only
+    # event handlers), so that copy -- the largest CPU cost per watch event -- would never be read.
+    settings.persistence.diffbase_storage = NoDiffBase()
+    # kopf's own requests (listings) get the same deadline as ours; a silent watch is re-established.
+    settings.networking.request_timeout = kube.REQUEST_TIMEOUT_SECONDS
+    if watch_inactivity_timeout is not None:
+        settings.watching.inactivity_timeout = watch_inactivity_timeout
     handlers.register(registry, settings, runtime)
     _register_login(registry, kubeconfig)
     runtime.start()
@@ -125,3 +138,18 @@ def _register_login(registry: kopf.OperatorRegistry, kubeconfig: str | None) -> 
             certificate_path=configuration.cert_file,
             private_key_path=configuration.key_file,
         )
+
+
+class NoDiffBase(kopf.DiffBaseStorage):
+    """A diff-base storage for an operator without change handlers: nothing is built, kept or written."""
+
+    def build(
+        self, *, body: kopf.Body, extra_fields: Iterable[kopf.FieldSpec] | None = None
+    ) -> kopf.BodyEssence:
+        return kopf.BodyEssence()
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        return None

@@ -14,10 +14,12 @@ Per-owner series, removed when the owner is deleted:
 
 - ``trainop_job_phase{namespace,name,kind,phase}``        1, one series: the current phase
 - ``trainop_job_step``, ``trainop_job_restarts``, ``trainop_job_checkpoint_timestamp_seconds``,
-  ``trainop_job_progress_timestamp_seconds``, ``trainop_job_allreduce_bus_bandwidth_gbps``,
-  ``trainop_job_samples_per_second``, ``trainop_job_loss`` ``{namespace,name}``: TrainingJobs only (they
-  carry no kind label, so a same-named sweep must not write them); a series appears once its status
-  field does.
+  ``trainop_job_progress_timestamp_seconds``, ``trainop_job_samples_per_second``, ``trainop_job_loss``
+  ``{namespace,name}``, and ``trainop_job_allreduce_bus_bandwidth_gbps{namespace,name,profile}`` (GB/s;
+  ``profile`` is ``status.network.profile``, so an alert can compare against that profile's floor; when
+  the trainer reports another profile the old series is replaced, never left behind): TrainingJobs only
+  (they carry no kind label, so a same-named sweep must not write them); a series appears once its
+  status field does.
 
 Per-owner series are updated from every watch event of the owner (the trainer's status patches
 included): no API call, O(1) per event. Nothing here may touch the API.
@@ -84,8 +86,9 @@ JOB_PROGRESS_TIME = prometheus_client.Gauge(
 )
 JOB_BUS_BANDWIDTH = prometheus_client.Gauge(
     "trainop_job_allreduce_bus_bandwidth_gbps",
-    "All-reduce bus bandwidth measured at start-up (GB/s).",
-    _JOB_LABELS,
+    "All-reduce bus bandwidth the trainer measured at start-up, in GB/s (gigabytes per second, "
+    "nccl-tests' busbw definition); profile is the network profile it ran with (status.network.profile).",
+    [*_JOB_LABELS, "profile"],
     registry=REGISTRY,
 )
 JOB_SAMPLES_PER_SECOND = prometheus_client.Gauge(
@@ -100,7 +103,6 @@ _TRAINER_GAUGES = (
     JOB_RESTARTS,
     JOB_CHECKPOINT_TIME,
     JOB_PROGRESS_TIME,
-    JOB_BUS_BANDWIDTH,
     JOB_SAMPLES_PER_SECOND,
     JOB_LOSS,
 )
@@ -120,6 +122,8 @@ class OwnerMetrics:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._phases: dict[OwnerKey, str] = {}
+        # The profile label of each job's bandwidth series, to replace or remove it.
+        self._profiles: dict[tuple[str, str], str] = {}
         self._counts: collections.Counter[tuple[str, str]] = collections.Counter()
         for kind in kinds.ALL:
             for phase in Phase:
@@ -146,6 +150,10 @@ class OwnerMetrics:
         if kind.reports_workers:
             for gauge in _TRAINER_GAUGES:
                 _remove(gauge, namespace, name)
+            with self._lock:
+                profile = self._profiles.pop((namespace, name), None)
+            if profile is not None:
+                _remove(JOB_BUS_BANDWIDTH, namespace, name, profile)
 
     def _set_phase(self, key: OwnerKey, phase: str) -> None:
         kind, namespace, name = key
@@ -173,11 +181,19 @@ class OwnerMetrics:
             (JOB_SAMPLES_PER_SECOND, _number(progress.get("samplesPerSecond"))),
             (JOB_PROGRESS_TIME, _timestamp(progress.get("updated"))),
             (JOB_CHECKPOINT_TIME, _timestamp(checkpoint.get("time"))),
-            (JOB_BUS_BANDWIDTH, _number(network.get("allReduceBusBandwidthGbps"))),
         ]
         for gauge, value in values:
             if value is not None:
                 gauge.labels(namespace, name).set(value)
+        bandwidth = _number(network.get("allReduceBusBandwidthGbps"))
+        if bandwidth is not None:
+            profile = str(network.get("profile") or "")
+            with self._lock:
+                previous = self._profiles.get((namespace, name))
+                if previous is not None and previous != profile:
+                    _remove(JOB_BUS_BANDWIDTH, namespace, name, previous)
+                self._profiles[(namespace, name)] = profile
+                JOB_BUS_BANDWIDTH.labels(namespace, name, profile).set(bandwidth)
 
 
 def record_reconcile(kind: kinds.Kind, *, ok: bool, seconds: float) -> None:

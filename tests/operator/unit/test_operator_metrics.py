@@ -121,7 +121,7 @@ def test_trainer_reported_fields_become_job_series(owners: metrics.OwnerMetrics)
     assert value("trainop_job_restarts", **labels) == 1
     assert value("trainop_job_progress_timestamp_seconds", **labels) == 1772366400.0
     assert value("trainop_job_checkpoint_timestamp_seconds", **labels) == 1772366340.0
-    assert value("trainop_job_allreduce_bus_bandwidth_gbps", **labels) == 180.5
+    assert value("trainop_job_allreduce_bus_bandwidth_gbps", **labels, profile="nvlink") == 180.5
 
 
 def test_deleting_a_job_removes_all_its_series_and_uncounts_it(owners: metrics.OwnerMetrics) -> None:
@@ -144,3 +144,34 @@ def test_every_phase_of_every_kind_has_a_count_even_when_zero() -> None:
     for kind in ("TrainingJob", "TuningSweep"):
         for phase in ("Pending", "Provisioning", "Running", "Restarting", "Suspended", "Succeeded", "Failed"):
             assert value("trainop_operator_jobs", kind=kind, phase=phase) is not None
+
+
+def test_bandwidth_series_carries_the_reported_profile_and_follows_a_change_of_it(
+    owners: metrics.OwnerMetrics,
+) -> None:
+    owners.observe(
+        kinds.TRAINING_JOB, running_job(network={"profile": "tcp", "allReduceBusBandwidthGbps": 1.5})
+    )
+    owners.observe(
+        kinds.TRAINING_JOB, running_job(network={"profile": "infiniband", "allReduceBusBandwidthGbps": 22.0})
+    )
+    assert series("trainop_job_allreduce_bus_bandwidth_gbps", namespace="team-a", name="mlp") == [
+        {"namespace": "team-a", "name": "mlp", "profile": "infiniband"}
+    ]
+    assert (
+        value(
+            "trainop_job_allreduce_bus_bandwidth_gbps", namespace="team-a", name="mlp", profile="infiniband"
+        )
+        == 22.0
+    )
+
+
+def test_deleting_a_job_removes_its_bandwidth_series_whatever_its_profile(
+    owners: metrics.OwnerMetrics,
+) -> None:
+    owners.observe(
+        kinds.TRAINING_JOB, running_job(network={"profile": "roce", "allReduceBusBandwidthGbps": 12.0})
+    )
+    assert series("trainop_job_allreduce_bus_bandwidth_gbps", namespace="team-a", name="mlp")
+    owners.forget(kinds.TRAINING_JOB, "team-a", "mlp")
+    assert series("trainop_job_allreduce_bus_bandwidth_gbps", namespace="team-a", name="mlp") == []

@@ -1,0 +1,212 @@
+"""The hand-written DDP reference: what a careful engineer writes in 40 lines, and nothing else.
+
+    torchrun --standalone --nproc-per-node N bench/gpu/bare_ddp.py --workloads resnet50,gpt-compile \
+        --warmup 30 --steps 100 --out results.jsonl
+
+Per workload, one after the other in the same processes: the model (torchvision ResNet-50, or the trainer's
+own ``GPT`` class from ``trainop_trainer.workloads.models`` so the model is identical), synthetic data already
+on the GPU (two batches, alternated), bf16 autocast, channels_last for the CNN, DDP with PyTorch's defaults,
+``torch.compile`` of the DDP module for ``-compile`` workloads, SGD (momentum 0.9, fused) or AdamW (fused),
+``zero_grad(set_to_none=True)``. No data loader, no metrics, no checkpoints, no LR schedule.
+
+Throughput is ``steps`` steps timed between two device synchronisations after ``warmup`` steps (which
+absorb compilation). Peak memory is ``torch.cuda.max_memory_allocated`` over the workload. Rank 0 prints
+one ``BARE {json}`` line per workload and appends it to ``--out``.
+
+``--no-ddp-at-1`` skips the DDP wrapper when the world size is 1 (what a single-GPU script would do), to
+see what DDP's reducer and graph splitting cost on one GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+RESNET_BATCH = 256
+IMAGE_SIZE = 224
+GPT_BATCH = 16
+GPT_SEQUENCE = 1024
+GPT_SIZE = "gpt-small"
+
+
+def make_tiny() -> None:
+    """CPU smoke-test sizes (``--tiny``): the same code path on a laptop."""
+    global RESNET_BATCH, IMAGE_SIZE, GPT_BATCH, GPT_SEQUENCE, GPT_SIZE
+    RESNET_BATCH, IMAGE_SIZE, GPT_BATCH, GPT_SEQUENCE, GPT_SIZE = 2, 64, 2, 64, "gpt-tiny"
+
+
+def build(
+    name: str, device: torch.device
+) -> tuple[nn.Module, list[tuple[torch.Tensor, torch.Tensor]], Any, Any]:
+    torch.manual_seed(0)
+    if name.startswith("resnet50"):
+        import torchvision
+
+        model = torchvision.models.resnet50(weights=None, num_classes=1000)
+        model = model.to(device, memory_format=torch.channels_last)
+        batches = [
+            (
+                torch.randn(RESNET_BATCH, 3, IMAGE_SIZE, IMAGE_SIZE, device=device).contiguous(
+                    memory_format=torch.channels_last
+                ),
+                torch.randint(0, 1000, (RESNET_BATCH,), device=device),
+            )
+            for _ in range(2)
+        ]
+
+        def loss_fn(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return F.cross_entropy(out, y)
+
+        def make_optimizer(params: Any) -> torch.optim.Optimizer:
+            return torch.optim.SGD(params, lr=0.1, momentum=0.9, fused=device.type == "cuda" or None)
+
+        return model, batches, loss_fn, make_optimizer
+    from trainop_trainer.workloads import models
+
+    gpt = models.gpt(GPT_SIZE, block_size=GPT_SEQUENCE, config={}).to(device)
+    vocab = gpt.config.vocab_size
+    batches = []
+    for _ in range(2):
+        window = torch.randint(0, vocab, (GPT_BATCH, GPT_SEQUENCE + 1), device=device)
+        batches.append((window[:, :-1].contiguous(), window[:, 1:].contiguous()))
+
+    def lm_loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(out.view(-1, out.shape[-1]), y.reshape(-1))
+
+    def make_adamw(params: Any) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(params, lr=6e-4, weight_decay=0.1, fused=device.type == "cuda" or None)
+
+    return gpt, batches, lm_loss, make_adamw
+
+
+def gpt_flops_per_token(model: nn.Module, sequence_length: int) -> tuple[int, float]:
+    """(N, FLOPs per token) of one training step: 6 N + 12 L H Q T (PaLM appendix B; N without the
+    position embedding; H Q = embedding width; T = sequence length; causal masking not discounted)."""
+    cfg = model.config  # type: ignore[attr-defined]
+    n = sum(p.numel() for p in model.parameters()) - model.position_embedding.weight.numel()  # type: ignore[union-attr]
+    return int(n), 6.0 * n + 12.0 * cfg.num_layers * cfg.embed_dim * sequence_length
+
+
+def run_one(
+    name: str, *, device: torch.device, world_size: int, warmup: int, steps: int, no_ddp_at_1: bool
+) -> dict[str, Any]:
+    model, batches, loss_fn, make_optimizer = build(name, device)
+    use_ddp = not (no_ddp_at_1 and world_size == 1)
+    wrapped: nn.Module = (
+        DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        if use_ddp
+        else model
+    )
+    train_model: Callable[[torch.Tensor], torch.Tensor] = (
+        torch.compile(wrapped) if name.endswith("-compile") else wrapped  # type: ignore[assignment]
+    )
+    optimizer = make_optimizer(model.parameters())
+    cuda = device.type == "cuda"
+    dtype = torch.bfloat16
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+    compile_start = time.perf_counter()
+    loss = torch.zeros((), device=device)
+    start = 0.0
+    first_step_s = 0.0
+    for i in range(warmup + steps):
+        if i == 1:
+            sync()
+            first_step_s = time.perf_counter() - compile_start
+        if i == warmup:
+            sync()
+            start = time.perf_counter()
+        inputs, targets = batches[i % len(batches)]
+        with torch.autocast(device_type=device.type, dtype=dtype):
+            loss = loss_fn(train_model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    sync()
+    seconds = time.perf_counter() - start
+    batch = int(batches[0][0].shape[0])
+    samples_per_second = steps * batch * world_size / seconds
+    result: dict[str, Any] = {
+        "impl": "bare",
+        "workload": name,
+        "world_size": world_size,
+        "ddp": use_ddp,
+        "warmup": warmup,
+        "steps": steps,
+        "step_ms": 1e3 * seconds / steps,
+        "samples_per_second": samples_per_second,
+        "first_step_s": first_step_s,
+        "loss": float(loss.item()),
+        "peak_allocated_gib": (torch.cuda.max_memory_allocated(device) / 2**30) if cuda else None,
+    }
+    if name.startswith("gpt"):
+        result["tokens_per_second"] = samples_per_second * GPT_SEQUENCE
+        result["sequence_length"] = GPT_SEQUENCE
+        result["params"], result["flops_per_token"] = gpt_flops_per_token(model, GPT_SEQUENCE)
+    del train_model, wrapped, model, optimizer, batches
+    torch._dynamo.reset()
+    if cuda:
+        torch.cuda.empty_cache()
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workloads", default="resnet50,resnet50-compile,gpt-compile")
+    parser.add_argument("--warmup", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--no-ddp-at-1", action="store_true")
+    parser.add_argument("--cpu", action="store_true", help="gloo on CPU (a smoke test of this script)")
+    parser.add_argument("--tiny", action="store_true", help="tiny batches and models (CPU smoke test)")
+    args = parser.parse_args()
+    if args.tiny:
+        make_tiny()
+
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    use_gpu = torch.cuda.is_available() and not args.cpu
+    if use_gpu:
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    dist.init_process_group(backend="nccl" if use_gpu else "gloo", device_id=device if use_gpu else None)
+    world_size = dist.get_world_size()
+    rank = dist.get_rank()
+    for name in args.workloads.split(","):
+        result = run_one(
+            name,
+            device=device,
+            world_size=world_size,
+            warmup=args.warmup,
+            steps=args.steps,
+            no_ddp_at_1=args.no_ddp_at_1,
+        )
+        if rank == 0:
+            result["gpu"] = torch.cuda.get_device_name(device) if use_gpu else "cpu"
+            line = json.dumps(result)
+            print("BARE " + line, flush=True)
+            if args.out:
+                with open(args.out, "a") as f:
+                    f.write(line + "\n")
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The whole GPU benchmark in one device call (docs/benchmarks-gpu.md):
+#   run(command="bash bench/gpu/run_all.sh", kind="nvidia-h100-x2", carry=[".whl"], timeout_s=600)
+# Writes $OUT/{log.txt,results.jsonl,table.md,nvml.csv,logs.tar.gz} and prints the table last.
+# Extra arguments go to suite.py (e.g. --only bare1,ray1). DEADLINE_S (default 545) bounds the suite,
+# counted from this script's start; phases that no longer fit are skipped and listed.
+set -uo pipefail
+t0=$(date +%s)
+cd "$(dirname "$0")/../.."
+# NVLink multicast stays off in every process (Ray workers inherit it from the Ray head started here).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1 RAY_DEDUP_LOGS=0 RAY_USAGE_STATS_ENABLED=0
+# One compile cache for every process of the call: the first compile fills it, later runs load it.
+export TORCHINDUCTOR_CACHE_DIR=/tmp/trainop-inductor TRITON_CACHE_DIR=/tmp/trainop-triton
+OUT=${OUT:-$PWD/out/gpu}
+mkdir -p "$OUT"
+{
+  date -u; nvidia-smi -L; nvidia-smi topo -m
+  python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version())"
+  if [ -d .whl ]; then source bench/gpu/install_wheels.sh || exit 1; fi
+  export PYTHONPATH=$PWD/operator:$PWD/trainer_image${PYTHONPATH:+:$PYTHONPATH}
+  python3 -c "import pydantic, trainop_trainer.trainer; print('pydantic', pydantic.__version__)" || exit 1
+  python3 -c "import ray.train.torch; print('ray', ray.__version__)" || echo "suite: Ray does not import: the Ray phases will fail"
+  python3 bench/gpu/suite.py --out "$OUT" --t0 "$t0" --deadline-s "${DEADLINE_S:-545}" "$@"
+} 2>&1 | tee "$OUT/log.txt"

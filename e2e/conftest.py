@@ -1,0 +1,200 @@
+"""Fixtures of the e2e tier: the installed system (session), every scenario's script (session), outcomes.
+
+``e2e_env`` (session) brings the whole system up the way a user would, overlapping the slow parts: the
+cluster (local control plane, or ``$KUBECONFIG`` with ``E2E_REAL_CLUSTER=1``); locally the KubeRay
+stand-in, whose Ray start-up runs meanwhile; ``helm install`` of charts/trainop; locally the operator as
+the chart's ServiceAccount (on a real cluster: the Deployment's rollout).
+
+``e2e_scripts`` (session) gives every selected test marked ``@scenario.acts(script)`` its own namespace
+and starts all their scripts at once (``scenario.ScriptRun``; ``E2E_CONCURRENCY=N`` caps how many act at a
+time, 1 runs them one by one). ``e2e_script`` (function) is the test's own script; its ``outcome()``
+waits for it and returns ``(scenario, facts)``. Each scenario's timeline is printed at the end of the
+run (section "e2e timelines") and, with ``E2E_TIMELINES=FILE``, appended to that file.
+
+A failed scenario gets the operator's and the stand-in's log tails and its RayJobs' entrypoint logs
+attached to its report.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+import uuid
+from collections.abc import Generator, Iterator
+from pathlib import Path
+
+import pytest
+
+from e2e import claims, faults, install, scenario
+from e2e import cluster as cluster_module
+from e2e.kuberay_standin import launcher
+from tests.controlplane import assets
+
+_ENV = pytest.StashKey[scenario.Environment]()
+_TIMELINES = pytest.StashKey[list[tuple[str, str]]]()
+_SCENARIO = pytest.StashKey[scenario.Scenario]()
+_SETUP_TIMINGS = pytest.StashKey[list[tuple[str, float]]]()
+TIMELINES_FILE_ENV = "E2E_TIMELINES"
+CONCURRENCY_ENV = "E2E_CONCURRENCY"
+SCRIPT_TIMEOUT_S = 900
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_TIMELINES] = []
+    config.stash[_SETUP_TIMINGS] = []
+    config.addinivalue_line(
+        "markers", "e2e_script(script): the user's actions of an e2e scenario (see e2e/scenario.py: acts)"
+    )
+
+
+@pytest.fixture(scope="session")
+def e2e_env(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[scenario.Environment]:
+    work = tmp_path_factory.mktemp("e2e")
+    real = cluster_module.real_cluster_requested()
+    started = time.monotonic()
+    timings = request.config.stash[_SETUP_TIMINGS]
+
+    def mark(what: str) -> None:
+        timings.append((what, time.monotonic() - started))
+
+    operator: install.OperatorProcess | None = None
+    standin: launcher.StandInProcess | None = None
+    cluster: cluster_module.Cluster
+    if real:
+        cluster = cluster_module.RealCluster(assets=assets.resolve())
+    else:
+        resolved = request.getfixturevalue("control_plane_assets")  # builds or skips, naming what is missing
+        cluster = cluster_module.LocalCluster(assets=resolved, work_dir=work)
+    mark(f"cluster ({cluster.kind}) up")
+    try:
+        if not real:
+            standin = launcher.StandInProcess(kubeconfig=cluster.kubeconfig, state_dir=work / "standin")
+            standin.launch()  # Ray starts while helm installs the chart
+        release = install.helm_install(cluster)
+        mark("helm install done (CRDs Established)")
+        if real:
+            install.wait_for_rollout(cluster, release)
+            mark("operator Deployment rolled out")
+            env = scenario.Environment(
+                cluster=cluster,
+                release=release,
+                operator=None,
+                standin=None,
+                faults=faults.ClusterFaults(cluster),
+                claims=claims.PodClaimFiles(cluster),
+                work_dir=work,
+            )
+        else:
+            assert standin is not None
+            operator = install.OperatorProcess(cluster=cluster, release=release, work_dir=work / "operator")
+            operator.work_dir.mkdir()
+            operator.start()
+            mark("operator live (/healthz) as the chart ServiceAccount")
+            standin.wait_ready()
+            mark("KubeRay stand-in ready (Ray cluster up)")
+            env = scenario.Environment(
+                cluster=cluster,
+                release=release,
+                operator=operator,
+                standin=standin,
+                faults=faults.StandInFaults(cluster),
+                claims=claims.LocalClaimFiles(standin),
+                work_dir=work,
+            )
+        request.config.stash[_ENV] = env
+        yield env
+    finally:
+        if _ENV in request.config.stash:
+            del request.config.stash[_ENV]
+        if standin is not None:
+            standin.stop()
+        if operator is not None:
+            operator.stop()
+        cluster.close()
+
+
+def _namespace_for(test_name: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", test_name.lower()).strip("-").removeprefix("test-")
+    return f"e2e-{slug[:40].rstrip('-')}-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture(scope="session")
+def e2e_scripts(
+    request: pytest.FixtureRequest, e2e_env: scenario.Environment
+) -> Iterator[dict[str, scenario.ScriptRun]]:
+    """Every selected scenario's script, started at once, each in its own namespace."""
+    gate = threading.Semaphore(int(os.environ.get(CONCURRENCY_ENV, "2")))
+    runs: dict[str, scenario.ScriptRun] = {}
+    for item in request.session.items:
+        marker = item.get_closest_marker("e2e_script")
+        if marker is None:
+            continue
+        namespace = _namespace_for(item.name)
+        e2e_env.cluster.kubectl("create", "namespace", namespace)
+        run = scenario.Scenario(e2e_env, namespace, title=f"{item.name} (namespace {namespace})")
+        runs[item.nodeid] = scenario.ScriptRun(run, marker.args[0], gate).start()
+    yield runs
+    for script_run in runs.values():
+        e2e_env.cluster.kubectl(
+            "delete", "namespace", script_run.scenario.namespace, "--wait=false", check=False
+        )
+
+
+@pytest.fixture
+def e2e_script(
+    request: pytest.FixtureRequest, e2e_scripts: dict[str, scenario.ScriptRun]
+) -> Iterator[scenario.ScriptRun]:
+    """This test's running script: ``outcome()`` waits for it and returns ``(scenario, facts)``."""
+    script_run = e2e_scripts[request.node.nodeid]
+    request.node.stash[_SCENARIO] = script_run.scenario
+    try:
+        yield script_run
+    finally:
+        if script_run.thread.is_alive():
+            script_run.thread.join(SCRIPT_TIMEOUT_S)
+        rendered = script_run.scenario.finish()
+        request.config.stash[_TIMELINES].append((request.node.name, rendered))
+        print(rendered)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report: pytest.TestReport = yield
+    if report.failed and report.when in ("call", "setup"):
+        env = item.config.stash.get(_ENV, None)
+        run = item.stash.get(_SCENARIO, None)
+        if env is not None and env.operator is not None:
+            report.sections.append(("operator log", env.operator.log_tail(60)))
+        if env is not None and env.standin is not None:
+            report.sections.append(("kuberay stand-in log", env.standin.log_tail(40)))
+            if run is not None:
+                for name, path in env.standin.driver_logs(run.namespace).items():
+                    lines = path.read_text(errors="replace").splitlines()
+                    report.sections.append((f"entrypoint log {name}", "\n".join(lines[-60:])))
+        if run is not None:
+            report.sections.append(("timeline so far", run.timeline.render()))
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    timelines = config.stash.get(_TIMELINES, [])
+    if not timelines:
+        return
+    terminalreporter.section("e2e timelines")
+    setup = ", ".join(f"{what} {seconds:.1f}s" for what, seconds in config.stash.get(_SETUP_TIMINGS, []))
+    terminalreporter.write_line(f"session setup (seconds since start): {setup}\n")
+    for _, rendered in timelines:
+        terminalreporter.write_line(rendered)
+        terminalreporter.write_line("")
+    target = os.environ.get(TIMELINES_FILE_ENV)
+    if target:
+        with Path(target).open("a") as out:
+            out.write(f"session setup (seconds since start): {setup}\n\n")
+            for _, rendered in timelines:
+                out.write(rendered + "\n\n")

@@ -1,0 +1,244 @@
+"""A TrainingJob end to end: apply, watch the columns move, Succeeded; and the two failure layers.
+
+Each scenario applies e2e/manifests/mlp-tiny.yaml (the CPU MLP, 2 gloo workers) into its own namespace and
+watches it with kubectl until it is done; the ``act_*`` functions are what the user does (they run
+concurrently, see e2e/scenario.py), the tests assert on what the user saw. docs/e2e.md has each one's
+timeline.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e import scenario as scenario_module
+from e2e.scenario import Scenario, ScriptRun, acts, phase
+
+pytestmark = pytest.mark.e2e
+
+MANIFEST = Path(__file__).parent / "manifests" / "mlp-tiny.yaml"
+SPEC = yaml.safe_load(MANIFEST.read_text())["spec"]
+MAX_STEPS: int = SPEC["hyperparameters"]["maxSteps"]
+CHECKPOINT_EVERY: int = SPEC["checkpoint"]["intervalSteps"]
+START_TIMEOUT_S = 300  # RayJob created -> first checkpoint: Ray and torch start-up on 2 busy cores
+RUN_TIMEOUT_S = 420
+
+Obj = dict[str, Any]
+
+
+def status(obj: Obj) -> Obj:
+    return obj.get("status") or {}
+
+
+def checkpoint_step(obj: Obj) -> int:
+    return int((status(obj).get("checkpoint") or {}).get("step") or 0)
+
+
+def running_with_checkpoint(attempt: int) -> Any:
+    """Running ``attempt``, a checkpoint already written, and at least two checkpoint intervals to go."""
+
+    def predicate(obj: Obj) -> bool:
+        s = status(obj)
+        return (
+            phase(obj) == "Running"
+            and s.get("attempt") == attempt
+            and checkpoint_step(obj) >= CHECKPOINT_EVERY
+            and (s.get("progress") or {}).get("step", 0) < MAX_STEPS - 2 * CHECKPOINT_EVERY
+        )
+
+    return predicate
+
+
+def assert_final_checkpoint_on_claim(run: Scenario, final: Obj) -> None:
+    """The last checkpoint (step maxSteps) is on the job's claim, where status.checkpoint says it is."""
+    files = run.env.claims.files(run.namespace, run.claim, f"{run.name}/checkpoints")  # run name = job name
+    assert f"step_{MAX_STEPS}/manifest.json" in files, files
+    assert f"step_{MAX_STEPS}/model.pt" in files, files
+    checkpoint = status(final)["checkpoint"]
+    assert checkpoint["step"] == MAX_STEPS
+    assert checkpoint["path"].endswith(f"{run.name}/checkpoints/step_{MAX_STEPS}"), checkpoint
+
+
+# (jobDeploymentStatus, jobStatus) in the order KubeRay v1.5 moves a RayJob through them in HTTPMode.
+KUBERAY_LIFECYCLE = [("", ""), ("Initializing", ""), ("Running", "PENDING"), ("Running", "RUNNING")]
+
+
+def assert_kuberay_lifecycle(states: list[tuple[str, str]], end: tuple[str, str]) -> None:
+    """What the RayJob watch saw is KubeRay's lifecycle, in order (a watch started late misses the
+    first states), ending in ``end``."""
+    assert states and states[-1] == end, states
+    order = [*KUBERAY_LIFECYCLE, end]
+    positions = [order.index(state) for state in states if state in order]
+    assert len(positions) == len(states) and positions == sorted(positions), states
+
+
+# ----------------------------------------------------------------------------------------- succeeded
+def act_apply_and_watch(run: Scenario) -> dict[str, Any]:
+    run.apply(MANIFEST)
+    run.wait_for(lambda obj: phase(obj) == "Running", timeout_s=START_TIMEOUT_S, what="phase Running")
+    final = run.wait_until_finished(timeout_s=RUN_TIMEOUT_S)
+    run.wait_for_ray_job(run.ray_job(1), ("Complete", "SUCCEEDED"))  # its watch may lag the owner's
+    return {"final": final}
+
+
+@acts(act_apply_and_watch)
+def test_cpu_trainingjob_runs_to_succeeded_with_progress_reported_by_its_own_service_account(
+    e2e_script: ScriptRun,
+) -> None:
+    run, facts = e2e_script.outcome()
+    final = facts["final"]
+    assert phase(final) == "Succeeded", status(final)
+
+    # What `kubectl get trainingjobs` showed: STEP and CHECKPOINT advanced while Running, never backwards.
+    running = [cells for _, cells in run.column_history() if cells["Phase"] == "Running"]
+    steps = [cells["Step"] for cells in running if cells["Step"] is not None]
+    checkpoints = [cells["Checkpoint"] for cells in running if cells["Checkpoint"] is not None]
+    assert len(set(steps)) >= 3, f"STEP took {sorted(set(steps))} while Running"
+    assert len(set(checkpoints)) >= 2, f"CHECKPOINT took {sorted(set(checkpoints))} while Running"
+    assert steps == sorted(steps) and checkpoints == sorted(checkpoints), (steps, checkpoints)
+    assert all(0 < c <= MAX_STEPS and c % CHECKPOINT_EVERY == 0 for c in checkpoints), checkpoints
+
+    # The end state a user reads.
+    s = status(final)
+    assert s["progress"]["step"] == MAX_STEPS and s["progress"]["totalSteps"] == MAX_STEPS
+    assert s["progress"]["workerRestarts"] == 0
+    assert s["attempt"] == 1 and s["restarts"] == 0 and not s.get("failures"), s
+    gpus = run.document["spec"]["workers"].get("gpusPerWorker", 0)
+    assert s["network"]["backend"] == ("nccl" if gpus else "gloo"), s["network"]
+    assert s["network"]["worldSize"] == scenario_module.world_size(run.document), s["network"]
+    complete = next(c for c in s["conditions"] if c["type"] == "Complete")
+    assert complete["status"] == "True", s["conditions"]
+    states = run.ray_job_states()
+    assert list(states) == [run.ray_job(1)], states
+    assert_kuberay_lifecycle(states[run.ray_job(1)], ("Complete", "SUCCEEDED"))
+    assert_final_checkpoint_on_claim(run, final)
+
+    # Who wrote what. managedFields: the trainer's field manager owns progress/checkpoint/network of the
+    # status subresource, the operator's owns phase and the rest, and neither owns the other's fields.
+    stored = run.get()
+    trainer_fields = scenario_module.managed_status_fields(stored, "trainop-trainer")
+    operator_fields = scenario_module.managed_status_fields(stored, "trainop")
+    assert trainer_fields == {"progress", "checkpoint", "network"}, trainer_fields
+    assert {"phase", "attempt", "conditions"} <= operator_fields, operator_fields
+    assert not operator_fields & trainer_fields, (operator_fields, trainer_fields)
+
+    # Field managers are names any client may claim; the apiserver's audit log has the authenticated user
+    # of every status write: the job's own ServiceAccount (the token its pods get) and the chart's
+    # operator ServiceAccount, nobody else. (Local cluster only: a real one's audit log is not ours.)
+    audit = run.cluster.audit_log
+    if audit is not None:
+        writers = audit.writers(namespace=run.namespace, resource="trainingjobs/status", name=run.name)
+        assert set(writers) == {run.trainer_identity, run.env.operator_identity}, writers
+        assert writers[run.trainer_identity] >= len(set(steps)), writers
+        creators = audit.creators(namespace=run.namespace, resource="rayjobs")
+        assert creators == {run.env.operator_identity: 1}, creators
+
+
+# ----------------------------------------------------------------------------- layer 1: a worker dies
+def act_kill_a_worker(run: Scenario) -> dict[str, Any]:
+    run.apply(MANIFEST)
+    before = run.wait_for(
+        running_with_checkpoint(1), timeout_s=START_TIMEOUT_S, what="a checkpoint in attempt 1"
+    )
+    killed_at = run.timeline.clock()
+    run.kill_worker(attempt=1)
+    final = run.wait_until_finished(timeout_s=RUN_TIMEOUT_S)
+    run.wait_for_ray_job(run.ray_job(1), ("Complete", "SUCCEEDED"))
+    return {"before": before, "killed_at": killed_at, "final": final}
+
+
+@acts(act_kill_a_worker)
+def test_killed_worker_is_restarted_by_ray_train_inside_the_same_attempt(e2e_script: ScriptRun) -> None:
+    run, facts = e2e_script.outcome()
+    final = facts["final"]
+    assert phase(final) == "Succeeded", status(final)
+
+    s = status(final)
+    # Layer 1: Ray Train restarted the worker group; the operator saw no failure and made no new attempt.
+    assert s["progress"]["workerRestarts"] == 1, s["progress"]
+    assert s["attempt"] == 1 and s["restarts"] == 0 and not s.get("failures"), s
+    states = run.ray_job_states()
+    assert list(states) == [run.ray_job(1)], states
+    assert_kuberay_lifecycle(states[run.ray_job(1)], ("Complete", "SUCCEEDED"))
+    # The restarted group resumed from a checkpoint: once the restart showed on status, STEP never went
+    # below the checkpoint that existed when the worker was killed.
+    after = [
+        status(sample.obj)["progress"]["step"]
+        for sample in run.history()
+        if sample.seconds > facts["killed_at"]
+        and (status(sample.obj).get("progress") or {}).get("workerRestarts") == 1
+    ]
+    assert after, "status.progress.workerRestarts never showed 1 while the job ran"
+    assert min(after) >= checkpoint_step(facts["before"]), (checkpoint_step(facts["before"]), after)
+    assert_final_checkpoint_on_claim(run, final)
+
+
+# --------------------------------------------------------------------------- layer 2: the RayJob fails
+def act_kill_the_rayjob(run: Scenario) -> dict[str, Any]:
+    run.apply(MANIFEST)
+    before = run.wait_for(
+        running_with_checkpoint(1), timeout_s=START_TIMEOUT_S, what="a checkpoint in attempt 1"
+    )
+    killed_at = run.timeline.clock()
+    run.kill_driver(attempt=1)
+    restarting = run.wait_for(lambda obj: phase(obj) == "Restarting", timeout_s=120, what="phase Restarting")
+    final = run.wait_until_finished(timeout_s=RUN_TIMEOUT_S)
+    run.wait_for_ray_job(run.ray_job(2), ("Complete", "SUCCEEDED"))
+    return {
+        "before": before,
+        "killed_at": killed_at,
+        "restarting": restarting,
+        "final": final,
+    }
+
+
+@acts(act_kill_the_rayjob)
+def test_failed_rayjob_is_retried_as_attempt_2_which_resumes_from_the_checkpoint(
+    e2e_script: ScriptRun,
+) -> None:
+    run, facts = e2e_script.outcome()
+    final, restarting = facts["final"], facts["restarting"]
+    assert phase(final) == "Succeeded", status(final)
+
+    s = status(final)
+    assert s["attempt"] == 2 and s["restarts"] == 1, s
+    # Failure history: attempt 1, with KubeRay's reason and Ray's message about the killed entrypoint.
+    assert [f["attempt"] for f in s["failures"]] == [1], s["failures"]
+    assert s["failures"][0]["reason"] == "AppFailed", s["failures"]
+    assert "failed with exit code -9" in s["failures"][0]["message"], s["failures"]
+    states = run.ray_job_states()
+    assert list(states) == [run.ray_job(1), run.ray_job(2)], states
+    assert_kuberay_lifecycle(states[run.ray_job(1)], ("Failed", "FAILED"))
+    assert_kuberay_lifecycle(states[run.ray_job(2)], ("Complete", "SUCCEEDED"))
+
+    # Attempt 2 continued from the checkpoint: every step it reported is at or past the checkpoint that
+    # existed when attempt 1 failed (a restart from zero would report small steps first).
+    checkpoint_at_failure = checkpoint_step(restarting)
+    assert checkpoint_at_failure >= checkpoint_step(facts["before"])
+    last_update_of_attempt_1 = (status(restarting).get("progress") or {}).get("updated", "")
+    attempt_2_steps = [
+        status(sample.obj)["progress"]["step"]
+        for sample in run.history()
+        if status(sample.obj).get("attempt") == 2
+        and phase(sample.obj) == "Running"
+        and (status(sample.obj).get("progress") or {}).get("updated", "") > last_update_of_attempt_1
+    ]
+    assert attempt_2_steps, "attempt 2 never reported progress while Running"
+    assert min(attempt_2_steps) >= checkpoint_at_failure, (checkpoint_at_failure, attempt_2_steps)
+    assert attempt_2_steps[-1] == MAX_STEPS, attempt_2_steps
+    # The trainer's own record on the volume: attempt 2 resumed from a checkpoint at or after that one (one
+    # may have reached the volume just before the kill, its status patch not).
+    events = [
+        yaml.safe_load(line)
+        for line in run.env.claims.read(
+            run.namespace, run.claim, f"{run.name}/trainop/events.jsonl"
+        ).splitlines()
+    ]
+    resumes = [event for event in events if event.get("event") == "resume"]
+    assert resumes, events
+    assert checkpoint_at_failure <= resumes[-1]["step"] < MAX_STEPS, (checkpoint_at_failure, resumes)
+    assert resumes[-1]["step"] % CHECKPOINT_EVERY == 0, resumes
+    assert_final_checkpoint_on_claim(run, final)

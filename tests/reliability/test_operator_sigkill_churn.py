@@ -1,0 +1,73 @@
+"""The operator SIGKILLed at random moments while many jobs churn through their lives, restarted each
+time: nothing lost (every job ends exactly as its plan says: phase, attempt, restarts, failure history),
+nothing duplicated (every attempt's RayJob created once, one of each other child, one Event per restart),
+nothing orphaned (no child outlives its owner, bar the checkpoint claim, kept by design).
+
+The plans and the kill intervals come from a seeded RNG (``TRAINOP_CHURN_SEED``); the scheduling of the
+processes does not, so two runs of one seed kill at different points of the same scenario -- which is the
+point, and a failure report names the seed and the jobs whose invariants broke. The test tier runs
+``TRAINOP_CHURN_JOBS`` (default 60) jobs to stay under ~2 minutes on 2 cores; the nightly variant runs
+200 (``bench/operator_scale/churn.py``, numbers in docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from collections.abc import Callable
+
+import pytest
+
+from tests.controlplane import cluster
+from tests.reliability import churn, kube_async, operator_runner
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
+
+CHURN_JOBS = int(os.environ.get("TRAINOP_CHURN_JOBS", "60"))
+CHURN_SEED = int(os.environ.get("TRAINOP_CHURN_SEED", "20261126"))
+
+
+async def run_churn_with_kills(
+    plane: cluster.ControlPlane,
+    namespace: str,
+    operator: operator_runner.Operator,
+    *,
+    num_jobs: int,
+    seed: int,
+    kill_every_s: tuple[float, float] = (1.0, 4.0),
+) -> tuple[list[str], float]:
+    rng = random.Random(seed)
+    plans = churn.plan_jobs(rng, num_jobs, spread_s=num_jobs / 4)
+    killer_rng = random.Random(seed + 1)
+
+    async def kill_and_restart(done: asyncio.Event) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(done.wait(), timeout=killer_rng.uniform(*kill_every_s))
+                return
+            except TimeoutError:
+                pass
+            operator.kill()
+            await asyncio.to_thread(operator.start)
+
+    async with kube_async.AsyncApi.for_plane(plane) as api:
+        scenario = churn.Churn(api, namespace, plans)
+        elapsed = await scenario.run(timeout_s=120 + 3 * num_jobs, disrupt=kill_and_restart)
+        return await churn.verify(scenario), elapsed
+
+
+async def test_operator_sigkilled_at_random_moments_during_a_churn_loses_and_duplicates_nothing(
+    isolated_plane: cluster.ControlPlane,
+    isolated_namespace: str,
+    make_operator: Callable[..., operator_runner.Operator],
+) -> None:
+    operator = make_operator(isolated_namespace)
+    operator.start()
+    problems, elapsed = await run_churn_with_kills(
+        isolated_plane, isolated_namespace, operator, num_jobs=CHURN_JOBS, seed=CHURN_SEED
+    )
+    assert operator.kills >= 5, (
+        f"only {operator.kills} kills in {elapsed:.0f}s: the churn did not test crashes"
+    )
+    assert not problems, f"seed {CHURN_SEED}, {operator.kills} kills: " + "\n".join(problems[:40])

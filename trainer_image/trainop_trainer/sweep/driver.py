@@ -1,0 +1,177 @@
+"""The sweep driver: a ``SweepConfig`` -> a Ray Tune experiment over TorchTrainer trials -> an outcome.
+
+``run`` builds, from the sweep spec:
+
+- the search: ``random`` = Tune's ``BasicVariantGenerator(random_state=seed)`` over the domains of
+  ``space.param_space``; ``grid`` = the same generator over ``tune.grid_search`` values (one trial per grid
+  point, ``numTrials`` is the grid's size); ``optuna`` = ``OptunaSearch(seed=seed)`` (Optuna's TPE sampler)
+  behind a ``ConcurrencyLimiter``. ``maxConcurrentTrials`` bounds running trials in every case.
+- the scheduler: ``ASHAScheduler(time_attr="step", grace_period, max_t, reduction_factor)`` or none (FIFO);
+  ``objective.metric``/``mode`` go to Tune once (``TuneConfig``), which hands them to both.
+- the stopper and the status callback (``monitor``): goal, failure budget, status.
+- ``RunConfig(name=experimentName, storage_path=storagePath)``: the experiment directory on the volume.
+  Tune-level retries are off (``FailureConfig(max_failures=0)``): a trial's worker failures are already
+  retried by its own TorchTrainer (``template.failurePolicy.maxWorkerFailures``), and a failed trial is
+  what ``maxFailedTrials`` counts.
+
+Restart: when ``Tuner.can_restore`` finds the experiment (a new attempt of the sweep: same experiment name
+and storage path), the driver calls ``Tuner.restore(..., resume_errored=True)`` instead. Finished trials
+are kept, not run again; trials that were running or had failed run again under their own trial id, so
+their TorchTrainer resumes from their last checkpoint; the searcher, the callback's books and the
+stopper come back with the experiment. A restored experiment keeps the settings it was created with
+(numTrials, maxConcurrentTrials, maxFailedTrials, scheduler): Tune restores them from its own state.
+
+Outcome: ``failed`` when more than ``maxFailedTrials`` trials failed (the reason names the count, the
+limit and the first failure) or when no trial ever reported ``objective.metric``; else ``succeeded``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from typing import Any
+
+from trainop.api import trainer_config, tuningsweep
+from trainop_trainer.sweep import book as book_module
+from trainop_trainer.sweep import layout, monitor, space, trial
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepResult:
+    outcome: str  # "succeeded" | "failed"
+    reason: str | None
+    status: dict[str, Any]  # the driver-owned status fields as published (trials, bestTrial, updated)
+    restored: bool
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.outcome == "succeeded" else 1
+
+
+def search_algorithm(spec: tuningsweep.TuningSweepSpec) -> Any:
+    from ray.tune.search import ConcurrencyLimiter
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    if spec.algorithm == tuningsweep.Algorithm.OPTUNA:
+        from ray.tune.search.optuna import OptunaSearch
+
+        return ConcurrencyLimiter(OptunaSearch(seed=spec.seed), max_concurrent=spec.max_concurrent_trials)
+    # Tune ignores TuneConfig.max_concurrent_trials for a generator it did not build, so it goes here.
+    return BasicVariantGenerator(max_concurrent=spec.max_concurrent_trials, random_state=spec.seed)
+
+
+def scheduler(spec: tuningsweep.TuningSweepSpec) -> Any:
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+
+    if spec.scheduler.type == "none":
+        return FIFOScheduler()  # type: ignore[no-untyped-call]
+    return ASHAScheduler(
+        time_attr=space.TIME_ATTR,
+        grace_period=spec.scheduler.grace_period,
+        max_t=spec.scheduler.max_t,
+        reduction_factor=spec.scheduler.reduction_factor,
+    )
+
+
+def num_samples(spec: tuningsweep.TuningSweepSpec) -> int:
+    """Tune repeats a grid num_samples times: a grid sweep samples it once (numTrials = grid size)."""
+    return 1 if spec.algorithm == tuningsweep.Algorithm.GRID else spec.num_trials
+
+
+def trial_dirname(trial: Any) -> str:
+    """Tune's directory of a trial: its id (the default embeds every parameter value in the name)."""
+    return str(trial.trial_id)
+
+
+def _new_tuner(
+    config: trainer_config.SweepConfig, trainable: Any, paths: layout.SweepPaths, status_interval_s: float
+) -> Any:
+    from ray import tune
+
+    spec = config.spec
+    max_t = spec.scheduler.max_t if spec.scheduler.type == "asha" else None
+    book = book_module.TrialBook(metric=spec.objective.metric, mode=spec.objective.mode, max_t=max_t)
+    publisher = monitor.StatusPublisher(
+        paths=paths, sweep_name=config.sweep_name, target=config.status_target
+    )
+    return tune.Tuner(
+        trainable,
+        param_space=space.param_space(spec),
+        tune_config=tune.TuneConfig(
+            metric=spec.objective.metric,
+            mode=spec.objective.mode.value,
+            search_alg=search_algorithm(spec),
+            scheduler=scheduler(spec),
+            num_samples=num_samples(spec),
+            trial_dirname_creator=trial_dirname,
+        ),
+        run_config=tune.RunConfig(
+            name=config.experiment_name,
+            storage_path=str(paths.storage_path),
+            stop=monitor.SweepStopper(
+                book=book, goal=spec.objective.goal, max_failed_trials=spec.max_failed_trials
+            ),
+            callbacks=[
+                monitor.SweepMonitor(
+                    book=book, publisher=publisher, spec=spec, min_interval_s=status_interval_s
+                )
+            ],
+            failure_config=tune.FailureConfig(max_failures=0),
+            verbose=0,
+        ),
+    )
+
+
+def run(
+    config: trainer_config.SweepConfig,
+    *,
+    status_interval_s: float = monitor.DEFAULT_MIN_INTERVAL_S,
+    inject_failure_at_step: int | None = None,
+) -> SweepResult:
+    """Run (or resume) the sweep on the connected Ray cluster (call ``ray_train.ensure_ray`` first).
+
+    Raises ``space.SearchSpaceError`` for a spec that cannot be searched."""
+    from ray import tune
+
+    spec = config.spec
+    space.validate(spec)
+    paths = layout.SweepPaths.for_config(config)
+    setup = trial.TrialSetup.for_config(config, inject_failure_at_step=inject_failure_at_step)
+    trainable = trial.trainable(setup)
+    restored = tune.Tuner.can_restore(str(paths.experiment_dir))
+    if restored:
+        log.info("restoring sweep experiment %s (attempt %d)", paths.experiment_dir, config.attempt)
+        tuner = tune.Tuner.restore(str(paths.experiment_dir), trainable=trainable, resume_errored=True)
+    else:
+        tuner = _new_tuner(config, trainable, paths, status_interval_s)
+    grid = tuner.fit()
+    return _result(spec, paths, grid, restored=restored)
+
+
+def _result(
+    spec: tuningsweep.TuningSweepSpec, paths: layout.SweepPaths, grid: Any, *, restored: bool
+) -> SweepResult:
+    try:
+        status: dict[str, Any] = json.loads(paths.status_file.read_text())
+    except (OSError, ValueError):
+        status = {}
+    errors = [r for r in grid if r.error is not None]
+    metric = spec.objective.metric
+    if len(errors) > spec.max_failed_trials:
+        first = errors[0]
+        trial_id = first.path.rstrip("/").rsplit("/", 1)[-1] if first.path else "?"
+        reason = (
+            f"{len(errors)} trials failed, more than spec.maxFailedTrials ({spec.max_failed_trials}); "
+            f"first failure: trial {trial_id}: {monitor.error_summary(str(first.error))}"
+        )
+        return SweepResult(outcome="failed", reason=reason, status=status, restored=restored)
+    if "bestTrial" not in status:
+        reason = (
+            f"no trial reported spec.objective.metric {metric!r}: check that the training reports it "
+            f"(the built-in trainer reports {', '.join(space.TRAINER_METRICS)})"
+        )
+        return SweepResult(outcome="failed", reason=reason, status=status, restored=restored)
+    return SweepResult(outcome="succeeded", reason=None, status=status, restored=restored)

@@ -1,0 +1,239 @@
+"""The driver's view of the sweep on the CR: a Tune ``Callback`` that keeps the books and publishes them,
+and a Tune ``Stopper`` that ends the sweep at the goal or when too many trials failed.
+
+``SweepMonitor`` feeds ``book.TrialBook`` from Tune's events (trial start/result/complete/error and, at
+every controller step, every trial's status) and publishes ``status.trials``, ``status.bestTrial`` and
+``status.updated`` through the trainer's own status sinks (``trainop_trainer.status``): ``FileSink`` to
+``<experiment>/status.json`` always, ``KubernetesSink`` (a JSON merge patch of the status subresource, in a
+background thread, latest record wins, retried with backoff) when the config names a ``statusTarget`` —
+the same code path and credentials as the trainer's rank 0, allowed by the sweep's narrow Role
+(``patch`` on ``tuningsweeps/status`` of this sweep only). It also writes ``<experiment>/trials.json``
+(one row per trial) for local mode's table.
+
+Publishing is throttled: at most every ``min_interval_s`` (results arrive every few seconds per trial and
+a status patch per result would load the API server for nothing), and only when something a user sees
+changed; the experiment's end always publishes.
+
+Tune pickles both objects with the Tuner (``tuner.pkl``) and restores that copy on ``Tuner.restore``, so
+they hold no live resources until ``setup`` (sinks are built lazily and dropped when pickled). They share
+one ``TrialBook``; pickled together, they still share it after a restore, and the book's content comes
+back from Tune's experiment checkpoint through ``get_state`` / ``set_state``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pathlib
+import re
+import time
+from typing import Any
+
+from ray.tune import Callback, Stopper
+
+from trainop.api import trainer_config, tuningsweep
+from trainop_trainer import checkpoint, status
+from trainop_trainer.sweep import book as book_module
+from trainop_trainer.sweep import layout, space
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MIN_INTERVAL_S = 5.0
+
+
+# The line of a formatted exception: "pkg.module.SomeError: message".
+_EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\w*): (.*)$")
+
+
+def error_summary(text: str) -> str:
+    """One line for the status and the table out of Tune's text of a trial's error (which wraps the
+    user's error in Ray's traceback): the last ``Type: message`` line, with the detail that follows a
+    wrapper's ``...errors:`` line."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for index in range(len(lines) - 1, -1, -1):
+        match = _EXCEPTION_LINE.match(lines[index])
+        if match is None:
+            continue
+        name, message = match.group(1).rsplit(".", 1)[-1], match.group(2).strip()
+        if message.endswith(":"):
+            detail = next((line for line in lines[index + 1 :] if not line.startswith("[")), "")
+            message = f"{message} {detail}".strip()
+        return f"{name}: {message}"[:500]
+    return (lines[-1] if lines else "failed without an error message")[:500]
+
+
+def trial_error(trial: Any) -> str:
+    """The summary of a failed Tune trial's latest error, from the error file Tune wrote on the driver."""
+    try:
+        text = pathlib.Path(trial.error_file).read_text()
+    except (OSError, TypeError):
+        return "failed (Tune recorded no error text)"
+    return error_summary(text.rsplit("Failure # ", 1)[-1])
+
+
+class StatusPublisher:
+    """Status records to the status file (always) and the CR (with a target); trial rows to trials.json."""
+
+    def __init__(
+        self, *, paths: layout.SweepPaths, sweep_name: str, target: trainer_config.StatusTarget | None
+    ) -> None:
+        self.paths = paths
+        self.sweep_name = sweep_name
+        self.target = target
+        self._sinks: list[status.Sink] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_sinks"] = None
+        return state
+
+    def _open(self) -> list[status.Sink]:
+        if self._sinks is None:
+            sinks: list[status.Sink] = [status.FileSink(self.paths.status_file)]
+            if self.target is not None:
+                sinks.append(status.KubernetesSink(self.target))
+            self._sinks = sinks
+        return self._sinks
+
+    def checkpoint_of(self, trial_id: str) -> str | None:
+        """The newest checkpoint of a trial, as its own trainer recorded it (``<run>/status.json``)."""
+        run_status = self.paths.run_dir(self.sweep_name, trial_id) / "status.json"
+        try:
+            path = json.loads(run_status.read_text()).get("checkpoint", {}).get("path")
+        except (OSError, ValueError):
+            return None
+        return str(path) if path else None
+
+    def publish(self, records: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+        for sink in self._open():
+            try:
+                sink.publish(records)
+            except Exception:
+                log.exception("sweep status sink %s failed", type(sink).__name__)
+        _write_json(self.paths.trials_file, {"trials": rows, "updated": records.get("updated")})
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        for sink in self._sinks or []:
+            sink.close(timeout_s)
+        self._sinks = None
+
+
+def _write_json(path: pathlib.Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    tmp.replace(path)
+
+
+class SweepMonitor(Callback):
+    def __init__(
+        self,
+        *,
+        book: book_module.TrialBook,
+        publisher: StatusPublisher,
+        spec: tuningsweep.TuningSweepSpec,
+        min_interval_s: float = DEFAULT_MIN_INTERVAL_S,
+    ) -> None:
+        self.book = book
+        self.publisher = publisher
+        self.spec = spec
+        self.min_interval_s = min_interval_s
+        self._last_published: tuple[str, str] | None = None
+        self._last_publish_time = float("-inf")
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_last_published"] = None
+        state["_last_publish_time"] = float("-inf")
+        return state
+
+    # ---------------------------------------------------------------------------------- Tune's hooks
+    def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self.book.started(trial.trial_id)
+
+    def on_trial_result(
+        self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any], **info: Any
+    ) -> None:
+        self.book.result(trial.trial_id, result)
+
+    def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self.book.completed(trial.trial_id)
+
+    def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self.book.errored(trial.trial_id, trial_error(trial))
+        log.warning("trial %s failed: %s", trial.trial_id, self.book.records[trial.trial_id].error)
+
+    def on_step_begin(self, iteration: int, trials: list[Any], **info: Any) -> None:
+        # Before Tune asks the stopper: a restored experiment has put its failed trials back to PENDING
+        # (resume_errored), and the failure budget must not count them as failed any more.
+        self._observe(trials)
+
+    def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
+        self._observe(trials)
+        self._maybe_publish(force=False)
+
+    def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
+        self._observe(trials)
+        self._maybe_publish(force=True)
+        self.publisher.close()
+
+    def get_state(self) -> dict[str, Any] | None:
+        return self.book.to_state()
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.book.load_state(state)
+
+    # ------------------------------------------------------------------------------------- publishing
+    def _observe(self, trials: list[Any]) -> None:
+        for trial in trials:
+            self.book.observe(
+                trial.trial_id, status=trial.status, parameters=space.parameters_of(trial.config, self.spec)
+            )
+
+    def records(self) -> dict[str, Any]:
+        records: dict[str, Any] = {"trials": self.book.counts().to_wire()}
+        best = self.book.best()
+        if best is not None and best.best_value is not None:
+            records["bestTrial"] = tuningsweep.BestTrial(
+                id=best.id,
+                parameters=best.parameters,
+                metric=self.book.metric,
+                value=best.best_value,
+                checkpoint=self.publisher.checkpoint_of(best.id),
+            ).to_wire()
+        return records
+
+    def _maybe_publish(self, *, force: bool) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_publish_time < self.min_interval_s:
+            return
+        records = self.records()
+        rows = self.book.rows()
+        fingerprint = (json.dumps(records, sort_keys=True), json.dumps(rows, sort_keys=True, default=str))
+        if not force and fingerprint == self._last_published:
+            return
+        records["updated"] = checkpoint.utc_now()
+        self.publisher.publish(records, rows)
+        self._last_published = fingerprint
+        self._last_publish_time = now
+
+
+class SweepStopper(Stopper):
+    """Stops a trial whose result reaches ``objective.goal``, then the whole sweep; stops the sweep when
+    more than ``maxFailedTrials`` trials failed."""
+
+    def __init__(self, *, book: book_module.TrialBook, goal: float | None, max_failed_trials: int) -> None:
+        self.book = book
+        self.goal = goal
+        self.max_failed_trials = max_failed_trials
+        self.goal_reached = False
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        if self.book.goal_reached(result.get(self.book.metric), self.goal):
+            self.goal_reached = True
+            return True
+        return False
+
+    def stop_all(self) -> bool:
+        return self.goal_reached or len(self.book.failed()) > self.max_failed_trials

@@ -1,0 +1,130 @@
+"""One trial: the sampled parameters -> a TrainerConfig -> a TorchTrainer run of the packaged trainer.
+
+``run_trial`` is the Tune function trainable. It writes the parameters into the template
+(``space.spec_for_trial``), names the run ``<sweep>-<trial id>`` under ``<experiment>/trials/`` (stable, so
+a trial Tune runs again resumes from its own checkpoints), and runs a ``TorchTrainer`` whose workers run
+the packaged trainer's ``ray_train.train_loop_per_worker`` — the same worker code, scaling, failure config
+and worker environment as ``python -m trainop_trainer``. Train's reports reach Tune through
+``TuneReportCallback`` (the Train V2 way), so Tune sees exactly the metrics the trainer reports: ``step``,
+``epoch``, ``loss``, ``samples_per_second``, ``checkpoint_step``.
+
+The driver side is built here rather than through ``ray_train.run`` because that function takes no Train
+callbacks; it is composed of the trainer's public pieces (``config.scaling_for``, ``LaunchSettings``,
+``ray_train.worker_env``, ``ray_train.train_loop_per_worker``), so only the ``RunConfig`` wiring is
+repeated. A trial's workers get no ``statusTarget``: the TuningSweep's status belongs to the sweep driver.
+
+Resources: the trial function is only a Train driver (it waits on ``fit()``), so it asks for no CPU and
+no GPU — every CPU/GPU of the cluster stays for Train workers, which is what lets the operator size the
+worker group as exactly ``maxConcurrentTrials x replicas`` pods. Ray refuses an all-zero request
+(``{"cpu": 0}`` is an empty placement-group bundle), so it asks for ``TRIAL_DRIVER_MEMORY_BYTES`` of Ray's
+``memory`` resource instead: honest (a driver process does hold that much), and Train workers never ask
+for ``memory``, so it cannot take their place. Train V2 places each run's controller (0 CPU) on the node
+of its trial function.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import uuid
+from typing import Any
+
+from trainop.api import trainer_config, trainingjob
+from trainop_trainer import config as config_module
+from trainop_trainer import ray_train
+from trainop_trainer.sweep import layout, space
+
+# Ray's logical ``memory`` resource a trial driver asks for (it uses about this much resident memory).
+TRIAL_DRIVER_MEMORY_BYTES = 256 * 1024 * 1024
+TRIAL_DRIVER_RESOURCES: dict[str, float] = {"cpu": 0, "gpu": 0, "memory": TRIAL_DRIVER_MEMORY_BYTES}
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialSetup:
+    """What every trial needs besides its parameters (picklable; Tune ships it to each trial)."""
+
+    sweep_name: str
+    template_json: str
+    trials_root: str
+    attempt: int
+    inject_failure_at_step: int | None = None
+
+    @classmethod
+    def for_config(
+        cls, config: trainer_config.SweepConfig, *, inject_failure_at_step: int | None = None
+    ) -> TrialSetup:
+        paths = layout.SweepPaths.for_config(config)
+        return cls(
+            sweep_name=config.sweep_name,
+            template_json=config.spec.template.model_dump_json(by_alias=True),
+            trials_root=str(paths.trials_root),
+            attempt=config.attempt,
+            inject_failure_at_step=inject_failure_at_step,
+        )
+
+    def trainer_config(self, trial_id: str, parameters: dict[str, Any]) -> trainer_config.TrainerConfig:
+        template = trainingjob.TrainingJobSpec.model_validate_json(
+            self.template_json, by_alias=True, by_name=False
+        )
+        run_name = layout.trial_run_name(self.sweep_name, trial_id)
+        return trainer_config.TrainerConfig(
+            job_name=run_name,
+            run_name=run_name,
+            storage_path=self.trials_root,
+            attempt=self.attempt,
+            spec=space.spec_for_trial(template, parameters),
+            status_target=None,
+        )
+
+
+def fit(config: trainer_config.TrainerConfig, *, inject_failure_at_step: int | None = None) -> None:
+    """Run ``config`` as a TorchTrainer whose reports go to the current Tune trial; raises if it fails."""
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    spec = config.spec
+    scaling = config_module.scaling_for(spec)
+    launch = config_module.LaunchSettings(
+        config_json=config_module.dumps(config),
+        launch_id=uuid.uuid4().hex,
+        inject_failure_at_step=inject_failure_at_step,
+    )
+    trainer = TorchTrainer(
+        ray_train.train_loop_per_worker,
+        train_loop_config=launch.to_dict(),
+        scaling_config=ScalingConfig(
+            num_workers=scaling.num_workers,
+            use_gpu=scaling.use_gpu,
+            resources_per_worker=scaling.resources_per_worker,
+        ),
+        run_config=RunConfig(
+            name=config.run_name,
+            storage_path=config.storage_path,
+            failure_config=FailureConfig(max_failures=spec.failure_policy.max_worker_failures),
+            worker_runtime_env={"env_vars": ray_train.worker_env(config)},
+            callbacks=[TuneReportCallback()],  # type: ignore[no-untyped-call,list-item]
+        ),  # type: ignore[call-arg]  # (mypy sees Ray Train V1's RunConfig; V2's has worker_runtime_env)
+    )
+    trainer.fit()
+
+
+def run_trial(params: dict[str, Any], setup: TrialSetup) -> None:
+    """The Tune function trainable: one TorchTrainer run with the sampled ``params``."""
+    from ray import tune
+
+    trial_id = tune.get_context().get_trial_id()
+    parameters = {name: space.plain(value) for name, value in params.items()}
+    config = setup.trainer_config(trial_id, parameters)
+    # What this trial trains, next to its checkpoints (as local mode does for a job).
+    run_dir = pathlib.Path(config.storage_path) / config.run_name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "trainer.json").write_text(trainer_config.dumps(config))
+    fit(config, inject_failure_at_step=setup.inject_failure_at_step)
+
+
+def trainable(setup: TrialSetup) -> Any:
+    """``run_trial`` bound to ``setup`` and sized as a driver (no CPU, no GPU); needs Ray initialised."""
+    from ray import tune
+
+    return tune.with_resources(tune.with_parameters(run_trial, setup=setup), TRIAL_DRIVER_RESOURCES)
