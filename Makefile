@@ -25,7 +25,7 @@ venv: $(STAMP) ## create .venv with trainop and every dev dependency (torch, ray
 
 .PHONY: demo
 demo: $(STAMP) ## run the CPU TrainingJob locally on Ray, with one injected worker failure + recovery
-	$(VENV)/bin/trainop run examples/cpu-mlp.yaml --inject-failure-at-step 30
+	$(VENV)/bin/trainop run examples/cpu-mlp.yaml --fresh --inject-failure-at-step 220
 
 .PHONY: crds
 crds: $(STAMP) ## regenerate crds/ (and the chart's copy) from the pydantic models

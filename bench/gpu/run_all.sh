@@ -3,7 +3,8 @@
 #   run(command="bash bench/gpu/run_all.sh", kind="nvidia-h100-x2", carry=[".whl"], timeout_s=600)
 # Writes $OUT/{log.txt,results.jsonl,table.md,nvml.csv,logs.tar.gz} and prints the table last.
 # Extra arguments go to suite.py (e.g. --only bare1,ray1). DEADLINE_S (default 545) bounds the suite,
-# counted from this script's start; phases that no longer fit are skipped and listed.
+# counted from this script's start; phases that no longer fit are skipped and listed. The whole suite
+# takes more than one call; split it: `--only bare1,bare2,ray2,ray1w8`, `--only allreduce,bare1,ray1,ckpt,launch2,launch1`.
 set -uo pipefail
 t0=$(date +%s)
 cd "$(dirname "$0")/../.."

@@ -4,18 +4,23 @@
     python3 bench/gpu/suite.py --table OUT/results.jsonl          # re-render the table offline
 
 Run it through ``bench/gpu/run_all.sh`` on the device machine (it installs the carried wheels and sets
-the environment). Phases, in priority order; a phase whose estimate no longer fits before the deadline
-is skipped and named as skipped in the table:
+the environment). Everything does not fit one 10-minute call on 2x H200 (docs/benchmarks-gpu.md):
+use ``--only bare1,bare2,ray2,ray1w8`` and ``--only allreduce,bare1,ray1,ckpt,launch2,launch1``.
+Phases, in priority order; a phase whose estimate no longer fits before the deadline is skipped and
+named as skipped in the table:
 
 - ``allreduce``: standalone NCCL all-reduce (16 MiB, 256 MiB, 1 GiB) and the trainer's probe function.
-- ``bare1`` / ``bare2``: ``bare_ddp.py`` on 1 and 2 GPUs (ResNet-50 eager and compiled, GPT-small compiled;
-  GPT eager on 1 GPU). The first compiled run fills the Inductor cache that every later run reuses.
+- ``bare1`` / ``bare2``: ``bare_ddp.py`` on 1 and 2 GPUs (ResNet-50 eager and compiled, GPT-small
+  compiled). The first compiled runs fill the Inductor cache that later runs reuse (GPT-small is compiled
+  on GPU 1 by a warm-up process while ``bare1`` compiles ResNet-50 on GPU 0).
 - ``ray1`` / ``ray2``: ``python -m trainop_trainer --config ...`` (the product entry point: TorchTrainer,
   ScalingConfig(num_workers=N, use_gpu=True)) joined to one local Ray head started here.
 - recovery, inside ``ray2``'s ResNet-50 run after its timed steps: a checkpoint, one worker killed
   (``TRAINOP_INJECT_FAILURE_AT_STEP``), Ray Train restarts the group -> time from the kill to the first
   step after the resume, from the workers' own log timestamps.
-- ``ckpt``: ``ckpt_bench.py``, GPT-small compiled on 2 GPUs: per-checkpoint cost, background vs sync.
+- ``ckpt``: ``ckpt_bench.py``, GPT-small (eager: the cost is seconds per checkpoint, whatever the step
+  time) on 2 GPUs: per-checkpoint cost, background (pinned snapshot) vs pageable snapshot vs sync.
+- ``ray1w8``: Ray, 1 GPU, compiled ResNet-50 with 8 DataLoader workers instead of 4 (input-bound?).
 - ``launch2`` / ``launch1``: ``torchrun -m trainop_trainer.launch`` (the same Trainer without Ray).
 
 Trainer throughput comes from rank 0's report lines (``step S/T ... R samples/s``, one per 10 steps,

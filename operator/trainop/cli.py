@@ -62,6 +62,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
             f"{args.file}: holds {len(resources)} manifests; `trainop run` takes exactly one", file=sys.stderr
         )
         return 2
+    if resources[0].kind == "TuningSweep":
+        from trainop_trainer.sweep import local as sweep_local  # heavy: ray, torch
+
+        return sweep_local.run_sweep_manifest(args.file, state_dir=args.state_dir)
+
     from trainop_trainer import local  # heavy: ray, torch
 
     return local.run_manifest(
@@ -69,6 +74,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         workers=args.workers,
         inject_failure_at_step=args.inject_failure_at_step,
         state_dir=args.state_dir,
+        fresh=args.fresh,
+        verbose=args.verbose,
     )
 
 

@@ -151,12 +151,15 @@ class FaultProxy:
                 if frozen.is_set():
                     break
                 await response.write(chunk)
-            if frozen.is_set():
-                await asyncio.Event().wait()  # hold the connection open, deliver nothing, forever
-        except (asyncio.CancelledError, ConnectionResetError):
-            if frozen.is_set():
-                self.frozen_closed_by_client += 1  # the client gave up on the silent stream
-            raise
+            # Frozen: hold the connection open and deliver nothing, until the client gives up on it.
+            # (aiohttp does not cancel a handler whose client left, so the transport is watched.)
+            while frozen.is_set():
+                if request.transport is None or request.transport.is_closing():
+                    self.frozen_closed_by_client += 1
+                    break
+                await asyncio.sleep(0.1)
+        except ConnectionResetError:
+            pass  # the client closed a live stream (it stops, or restarts its watch)
         finally:
             self._open_watches.discard(frozen)
         return response

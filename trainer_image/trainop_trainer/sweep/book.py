@@ -61,6 +61,13 @@ class TrialRecord:
     error: str | None = None
 
 
+def reaches_goal(value: Any, *, goal: float | None, mode: tuningsweep.Mode) -> bool:
+    """Whether a reported value reaches ``objective.goal`` (at or below it when minimising)."""
+    if goal is None or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return False
+    return value <= goal if mode == tuningsweep.Mode.MIN else value >= goal
+
+
 class TrialBook:
     def __init__(self, *, metric: str, mode: tuningsweep.Mode, max_t: int | None) -> None:
         self.metric = metric
@@ -123,11 +130,6 @@ class TrialBook:
     def _better(self, a: float, b: float) -> bool:
         return a < b if self.mode == tuningsweep.Mode.MIN else a > b
 
-    def goal_reached(self, value: Any, goal: float | None) -> bool:
-        if goal is None or not isinstance(value, (int, float)) or not math.isfinite(value):
-            return False
-        return value <= goal if self.mode == tuningsweep.Mode.MIN else value >= goal
-
     def state(self, record: TrialRecord) -> TrialState | None:
         """The record's state as status.trials counts it; None for a trial the sweep never started."""
         status = record.tune_status
@@ -165,11 +167,12 @@ class TrialBook:
 
     def best(self) -> TrialRecord | None:
         best: TrialRecord | None = None
+        best_value = math.nan
         for record in self.records.values():
             if record.tune_status == TUNE_ERROR or record.best_value is None:
                 continue
-            if best is None or self._better(record.best_value, best.best_value):  # type: ignore[arg-type]
-                best = record
+            if best is None or self._better(record.best_value, best_value):
+                best, best_value = record, record.best_value
         return best
 
     def rows(self) -> list[dict[str, Any]]:

@@ -97,6 +97,7 @@ def _new_tuner(
     publisher = monitor.StatusPublisher(
         paths=paths, sweep_name=config.sweep_name, target=config.status_target
     )
+    key = str(paths.experiment_dir)
     return tune.Tuner(
         trainable,
         param_space=space.param_space(spec),
@@ -112,11 +113,15 @@ def _new_tuner(
             name=config.experiment_name,
             storage_path=str(paths.storage_path),
             stop=monitor.SweepStopper(
-                book=book, goal=spec.objective.goal, max_failed_trials=spec.max_failed_trials
+                key=key,
+                metric=spec.objective.metric,
+                mode=spec.objective.mode,
+                goal=spec.objective.goal,
+                max_failed_trials=spec.max_failed_trials,
             ),
             callbacks=[
                 monitor.SweepMonitor(
-                    book=book, publisher=publisher, spec=spec, min_interval_s=status_interval_s
+                    book=book, publisher=publisher, spec=spec, key=key, min_interval_s=status_interval_s
                 )
             ],
             failure_config=tune.FailureConfig(max_failures=0),

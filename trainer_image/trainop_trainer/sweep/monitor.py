@@ -40,6 +40,8 @@ from trainop_trainer.sweep import layout, space
 log = logging.getLogger(__name__)
 
 DEFAULT_MIN_INTERVAL_S = 5.0
+# The book of each running experiment (by experiment directory), for its stopper: see SweepStopper.
+_LIVE_BOOKS: dict[str, book_module.TrialBook] = {}
 
 
 # The line of a formatted exception: "pkg.module.SomeError: message".
@@ -133,8 +135,10 @@ class SweepMonitor(Callback):
         book: book_module.TrialBook,
         publisher: StatusPublisher,
         spec: tuningsweep.TuningSweepSpec,
+        key: str,
         min_interval_s: float = DEFAULT_MIN_INTERVAL_S,
     ) -> None:
+        self.key = key
         self.book = book
         self.publisher = publisher
         self.spec = spec
@@ -149,6 +153,15 @@ class SweepMonitor(Callback):
         return state
 
     # ---------------------------------------------------------------------------------- Tune's hooks
+    def setup(
+        self,
+        stop: Any = None,
+        num_samples: int | None = None,
+        total_num_samples: int | None = None,
+        **info: Any,
+    ) -> None:
+        _LIVE_BOOKS[self.key] = self.book
+
     def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         self.book.started(trial.trial_id)
 
@@ -177,6 +190,7 @@ class SweepMonitor(Callback):
         self._observe(trials)
         self._maybe_publish(force=True)
         self.publisher.close()
+        _LIVE_BOOKS.pop(self.key, None)
 
     def get_state(self) -> dict[str, Any] | None:
         return self.book.to_state()
@@ -221,19 +235,33 @@ class SweepMonitor(Callback):
 
 class SweepStopper(Stopper):
     """Stops a trial whose result reaches ``objective.goal``, then the whole sweep; stops the sweep when
-    more than ``maxFailedTrials`` trials failed."""
+    more than ``maxFailedTrials`` trials failed.
 
-    def __init__(self, *, book: book_module.TrialBook, goal: float | None, max_failed_trials: int) -> None:
-        self.book = book
+    Failures are not results, so the stopper reads them from the monitor's book. It cannot hold that book
+    itself: Tune checkpoints a stopper with its controller's state and restores that copy, apart from the
+    callbacks (restored from ``tuner.pkl`` plus their ``get_state``), so after a restore a book held here
+    would be a stale copy — one that still counts the failed trials Tune has just queued again. The
+    monitor therefore registers its live book under the experiment directory when Tune sets it up, and the
+    stopper looks it up there.
+    """
+
+    def __init__(
+        self, *, key: str, metric: str, mode: tuningsweep.Mode, goal: float | None, max_failed_trials: int
+    ) -> None:
+        self.key = key
+        self.metric = metric
+        self.mode = mode
         self.goal = goal
         self.max_failed_trials = max_failed_trials
         self.goal_reached = False
 
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
-        if self.book.goal_reached(result.get(self.book.metric), self.goal):
+        if book_module.reaches_goal(result.get(self.metric), goal=self.goal, mode=self.mode):
             self.goal_reached = True
             return True
         return False
 
     def stop_all(self) -> bool:
-        return self.goal_reached or len(self.book.failed()) > self.max_failed_trials
+        book = _LIVE_BOOKS.get(self.key)
+        too_many_failed = book is not None and len(book.failed()) > self.max_failed_trials
+        return self.goal_reached or too_many_failed
