@@ -120,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--state-dir", default=".trainop", help="where checkpoints and status go (default .trainop)"
     )
+    p.add_argument("--fresh", action="store_true", help="start over instead of resuming earlier checkpoints")
+    p.add_argument("--verbose", action="store_true", help="show Ray's and every worker's logs")
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("operator", help="start the operator (kopf)")

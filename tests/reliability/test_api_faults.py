@@ -114,7 +114,7 @@ async def test_a_watch_that_goes_silent_is_re_established_and_the_missed_change_
         operator = make_operator(
             ns,
             kubeconfig=kubeconfig_through(proxy, isolated_plane, ns, tmp_path),
-            args=["--watch-inactivity-timeout=3"],
+            args=["--watch-inactivity-timeout=70"],
         )
         await asyncio.to_thread(operator.start)
         job_path = f"/apis/trainop.dev/v1alpha1/namespaces/{ns}/trainingjobs"
