@@ -8,10 +8,15 @@ scenarios run against ``$KUBECONFIG`` with the real KubeRay (docs/real-cluster.m
 
 Modules:
 
-- ``cluster``: the cluster under test (local control plane with an audit log, or a real one) and its tools.
-- ``install``: ``helm install`` of charts/trainop and the operator, run as the chart's ServiceAccount.
-- ``kuberay_standin``: the KubeRay stand-in program (``python -m e2e.kuberay_standin``) and its launcher.
-- ``watch``: ``kubectl get --watch -o json`` streams, the CRD's printer columns, and scenario timelines.
-- ``faults``: failure injection (a Ray Train worker killed, the RayJob's driver killed).
-- ``audit``: reading the apiserver's audit log to prove who wrote which status field.
+- ``cluster``: the cluster under test (local control plane with an audit log, or a real one) and the
+  user's tools for it (kubectl, helm, ``kubectl create token``).
+- ``install``: ``helm install`` of charts/trainop; locally, the operator run as the chart's Deployment
+  would run it, with the chart ServiceAccount's token.
+- ``kuberay_standin``: the KubeRay stand-in (``python -m e2e.kuberay_standin``) and its launcher.
+- ``scenario``: one scenario's namespace, ``kubectl apply``, watches and timeline; scenarios' scripts run
+  concurrently (``acts``, ``ScriptRun``).
+- ``watch``: ``kubectl get --watch -o json`` streams, the CRDs' printer columns, timelines.
+- ``faults``: failure injection (a Ray Train worker killed, a RayJob's entrypoint killed).
+- ``claims``: reading what a job left on its checkpoint claim.
+- ``audit``: the apiserver's audit log, to prove who wrote which status field.
 """

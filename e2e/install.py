@@ -89,7 +89,6 @@ class OperatorProcess:
         self.process: processes.ManagedProcess | None = None
         self.liveness_port = 0
         self.metrics_port = 0
-        self.identity = f"system:serviceaccount:{release.namespace}:{release.service_account}"
 
     def argv(self) -> list[str]:
         container = self.release.container

@@ -109,8 +109,12 @@ def test_cpu_trainingjob_runs_to_succeeded_with_progress_reported_by_its_own_ser
     gpus = run.document["spec"]["workers"].get("gpusPerWorker", 0)
     assert s["network"]["backend"] == ("nccl" if gpus else "gloo"), s["network"]
     assert s["network"]["worldSize"] == scenario_module.world_size(run.document), s["network"]
-    complete = next(c for c in s["conditions"] if c["type"] == "Complete")
-    assert complete["status"] == "True", s["conditions"]
+    conditions = {c["type"]: c for c in s["conditions"]}
+    assert conditions["Complete"]["status"] == "True", s["conditions"]
+    assert (conditions["StorageReady"]["status"], conditions["StorageReady"]["reason"]) == (
+        "True",
+        "ClaimBound",
+    )
     states = run.ray_job_states()
     assert list(states) == [run.ray_job(1)], states
     assert_kuberay_lifecycle(states[run.ray_job(1)], ("Complete", "SUCCEEDED"))

@@ -173,7 +173,7 @@ class Row:
     phase: str
     attempt: str
     cells: tuple[str, ...]  # SHOWN_COLUMNS of the owner's kind
-    step_only: bool = False  # only STEP changed: runs of these are folded into one row when rendered
+    progress_only: bool = False  # only STEP/CHECKPOINT changed: runs of these are folded into one row
 
 
 class Timeline:
@@ -205,7 +205,7 @@ class Timeline:
             self.started = time.monotonic()
             self.rows.clear()
 
-    def _add(self, seconds: float, event: str, *, step_only: bool = False) -> None:
+    def _add(self, seconds: float, event: str, *, progress_only: bool = False) -> None:
         status = self._owner.get("status") or {}
         cells = self.columns.values(self._owner) if self.columns and self._owner else {}
         self.rows.append(
@@ -215,7 +215,7 @@ class Timeline:
                 phase=str(status.get("phase") or "-"),
                 attempt=str(status.get("attempt") or "-"),
                 cells=tuple(_cell(cells.get(name)) for name in self.shown),
-                step_only=step_only,
+                progress_only=progress_only,
             )
         )
 
@@ -269,8 +269,8 @@ class Timeline:
                     changes.append(f"{key}={new}")
             if not changes:
                 return
-            step_only = len(changes) == 1 and changes[0].startswith("step=")
-            self._add(sample.seconds, f"{obj['kind']}: " + ", ".join(changes), step_only=step_only)
+            progress_only = all(change.startswith(("step=", "checkpoint=")) for change in changes)
+            self._add(sample.seconds, f"{obj['kind']}: " + ", ".join(changes), progress_only=progress_only)
 
     def observe_ray_job(self, sample: Sample) -> None:
         obj = sample.obj
@@ -294,13 +294,13 @@ class Timeline:
             self._events.add(key)
             involved = event.get("involvedObject") or {}
             message = " ".join(str(event.get("message", "")).split())
-            if len(message) > 90:
-                message = message[:89] + "…"
+            if len(message) > 72:
+                message = message[:71] + "…"
             self._add(sample.seconds, f"Event {involved.get('kind')}/{event.get('reason')}: {message}")
 
     def render(self) -> str:
         with self._lock:
-            rows = _fold_steps(sorted(self.rows, key=lambda row: row.seconds))
+            rows = _fold_progress(sorted(self.rows, key=lambda row: row.seconds))
         width = max([len(row.event) for row in rows] + [5])
         widths = [max([len(name)] + [len(row.cells[i]) for row in rows]) for i, name in enumerate(self.shown)]
         header = " ".join(f"{name.upper():>{w}}" for name, w in zip(self.shown, widths, strict=True))
@@ -313,8 +313,9 @@ class Timeline:
         return "\n".join(lines)
 
 
-def _fold_steps(rows: list[Row]) -> list[Row]:
-    """Runs of rows where only STEP changed become one row: "step=20..100 (5 updates)", at the run's start."""
+def _fold_progress(rows: list[Row]) -> list[Row]:
+    """Runs of rows where only STEP/CHECKPOINT changed become one row at the run's start, with the ranges
+    the columns went through: "step=120..600, checkpoint=200..600 (25 updates, until 80.2s)"."""
     folded: list[Row] = []
     run: list[Row] = []
 
@@ -323,18 +324,20 @@ def _fold_steps(rows: list[Row]) -> list[Row]:
             folded.extend(run)
         else:
             first, last = run[0], run[-1]
-            folded.append(
-                dataclasses.replace(
-                    last,
-                    seconds=first.seconds,
-                    event=f"{first.event.split('step=')[0]}step={first.cells[0]}..{last.cells[0]} "
-                    f"({len(run)} updates, until {last.seconds:.1f}s)",
-                )
-            )
+            ranges = []
+            for index, name in enumerate(("step", "checkpoint")):
+                if len({row.cells[index] for row in run}) == 1:
+                    continue  # this column did not move during the run
+                values = [row.cells[index] for row in run if row.cells[index] != "-"]
+                shown = values[0] if values[0] == values[-1] else f"{values[0]}..{values[-1]}"
+                ranges.append(f"{name}={shown}")
+            kind = first.event.split(":")[0]
+            event = f"{kind}: {', '.join(ranges)} ({len(run)} updates, until {last.seconds:.1f}s)"
+            folded.append(dataclasses.replace(last, seconds=first.seconds, event=event))
         run.clear()
 
     for row in rows:
-        if row.step_only:
+        if row.progress_only:
             run.append(row)
             continue
         flush()

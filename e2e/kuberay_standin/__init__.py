@@ -14,12 +14,14 @@ Per RayJob (``ray.io/v1``, followed cluster-wide with a watch, never polled):
    available logs ..."), ``endTime``, ``rayJobInfo`` and ``succeeded``/``failed`` 1. (``controller``)
 2. **The head pod, as a local process** (``pod``). Volumes of the head group's pod template become
    directories: a ``persistentVolumeClaim`` is ``<state>/pvs/<namespace>/<claim>`` (so checkpoints outlive
-   the RayJob and attempt N+1 finds them, as on a real volume), a ``configMap`` is written out, an
-   ``emptyDir`` is an empty directory. ``spec.entrypoint`` is split as a shell would and started with each
-   argument and environment value that lies under a ``mountPath`` rewritten to the local directory
-   (``--config /etc/trainop/trainer.json`` -> ``<pod>/volumes/head/trainer-config/trainer.json``). That gives
-   the two overrides trainop's trainer honours (``trainop.api.trainer_config``): ``TRAINOP_CONFIG`` (from the
-   container's env) and ``TRAINOP_STORAGE_PATH`` (the config's ``storagePath``, rewritten).
+   the RayJob and attempt N+1 finds them, as on a real volume; the first mount binds the claim to a
+   hostPath PersistentVolume of that directory, as a WaitForFirstConsumer class would), a ``configMap`` is
+   written out, an ``emptyDir`` is an empty directory. ``spec.entrypoint`` is split as a shell would and
+   started with each argument and environment value that lies under a ``mountPath`` rewritten to the local
+   directory (``--config /etc/trainop/trainer.json`` -> ``<pod>/volumes/head/trainer-config/trainer.json``).
+   That gives the two overrides trainop's trainer honours (``trainop.api.trainer_config``):
+   ``TRAINOP_CONFIG`` (from the container's env) and ``TRAINOP_STORAGE_PATH`` (the config's
+   ``storagePath``, rewritten).
 3. **The pods' identity.** A TokenRequest token of the pod template's ``serviceAccountName`` (what the
    kubelet would mount) is written to ``<pod>/serviceaccount/token`` and handed over the way the trainer
    reads credentials outside a pod: ``TRAINOP_KUBE_HOST``, ``TRAINOP_KUBE_TOKEN_FILE``,
@@ -42,7 +44,7 @@ Per RayJob (``ray.io/v1``, followed cluster-wide with a watch, never polled):
 6. **Deletion**: a deleted RayJob (the operator deletes failed attempts) has its entrypoint stopped
    (SIGTERM, then SIGKILL after a grace period), as the pods of KubeRay's deleted RayCluster would be.
 
-Not done: RayCluster objects and pods, ``rayClusterStatus``, claim binding, ``suspend``, pod resources
+Not done: RayCluster objects and pods, ``rayClusterStatus``, ``suspend``, pod resources
 (Ray's logical CPUs are ``--num-cpus``, more than this machine's cores: Ray Tune + Train deadlock with too
 few), one process per Ray pod (every Ray worker is a process of the one local Ray cluster).
 

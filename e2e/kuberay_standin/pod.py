@@ -173,11 +173,14 @@ class Materializer:
         name = volume["name"]
         if "persistentVolumeClaim" in volume:
             claim = volume["persistentVolumeClaim"]["claimName"]
-            self._read(
+            stored = self._read(
                 lambda: self.core.read_namespaced_persistent_volume_claim(claim, pod.namespace),
                 f"persistentvolumeclaim {claim}",
             )
             local = self.claim_dir(pod.namespace, claim)
+            local.mkdir(parents=True, exist_ok=True)
+            if not stored.spec.volume_name:
+                self._bind(stored, local)
         elif "configMap" in volume:
             source = volume["configMap"]
             config_map = self._read(
@@ -198,6 +201,57 @@ class Materializer:
             )
         local.mkdir(parents=True, exist_ok=True)
         return local
+
+    def _bind(self, claim: Any, local: Path) -> None:
+        """What a WaitForFirstConsumer provisioner and the PV binder do when the first pod uses the claim: a
+        hostPath PersistentVolume for the local directory, bound to the claim (spec.volumeName, then
+        Bound on both). Nothing else binds claims in the test control plane."""
+        meta, spec = claim.metadata, claim.spec
+        volume = f"pvc-{meta.uid}"
+        requested = (spec.resources.requests or {}).get("storage", "1Gi")
+        access_modes = list(spec.access_modes or ["ReadWriteOnce"])
+        body = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": volume, "labels": {"e2e.trainop.dev/provisioned-by": "kuberay-standin"}},
+            "spec": {
+                "capacity": {"storage": requested},
+                "accessModes": access_modes,
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": spec.storage_class_name or "",
+                "hostPath": {"path": str(local), "type": "DirectoryOrCreate"},
+                "claimRef": {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolumeClaim",
+                    "namespace": meta.namespace,
+                    "name": meta.name,
+                    "uid": meta.uid,
+                },
+            },
+        }
+        try:
+            self.core.create_persistent_volume(body)
+        except self.api_exception as error:
+            if getattr(error, "status", None) != 409:
+                raise
+        self.core.patch_persistent_volume_status(volume, {"status": {"phase": "Bound"}})
+        self.core.patch_namespaced_persistent_volume_claim(
+            meta.name, meta.namespace, {"spec": {"volumeName": volume}}
+        )
+        self.core.patch_namespaced_persistent_volume_claim_status(
+            meta.name,
+            meta.namespace,
+            {
+                "status": {
+                    "phase": "Bound",
+                    "accessModes": access_modes,
+                    "capacity": {"storage": requested},
+                }
+            },
+        )
+        log.info(
+            "%s/%s: bound to PersistentVolume %s (hostPath %s)", meta.namespace, meta.name, volume, local
+        )
 
     def _service_account(self, pod: HeadPod, template: dict[str, Any]) -> dict[str, str]:
         """The kubelet's ServiceAccount token mount, handed over as the trainer reads it outside a pod."""

@@ -87,6 +87,7 @@ def _cmd_operator(args: argparse.Namespace) -> int:
         liveness_port=args.liveness_port,
         metrics_port=args.metrics_port,
         log_format=args.log_format,
+        verbose=args.verbose,
     )
 
 
@@ -135,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--liveness-port", type=int, default=8080, help="kopf liveness endpoint port (/healthz)")
     p.add_argument("--metrics-port", type=int, default=9100, help="Prometheus metrics port")
     p.add_argument("--log-format", choices=["plain", "json"], default="plain")
+    p.add_argument("--verbose", action="store_true", help="debug logging")
     p.set_defaults(func=_cmd_operator)
     return parser
 
