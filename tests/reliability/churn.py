@@ -136,6 +136,11 @@ class Churn:
         self._done = asyncio.Event()
         self._acted: set[tuple[str, str, int]] = set()
 
+    @property
+    def num_final(self) -> int:
+        """Jobs that reached their end (a final phase, or deleted) so far."""
+        return len(self._finished)
+
     def jobs_path(self, name: str = "") -> str:
         return f"{GROUP}/namespaces/{self.namespace}/trainingjobs" + (f"/{name}" if name else "")
 
@@ -165,19 +170,21 @@ class Churn:
         creator = asyncio.create_task(self._create_jobs(), name="churn-create")
         disruptor = asyncio.create_task(disrupt(self._done), name="churn-disrupt") if disrupt else None
         done = asyncio.create_task(self._done.wait())
+        watched = {user, creator, *([disruptor] if disruptor else [])}
+        deadline = time.monotonic() + timeout_s
         try:
-            # A disruptor that fails (e.g. the operator died on its own) ends the churn at once.
-            await asyncio.wait(
-                [done, *([disruptor] if disruptor else [])], timeout=timeout_s, return_when="FIRST_COMPLETED"
-            )
-            if disruptor is not None and disruptor.done() and not self._done.is_set():
-                disruptor.result()
-            if not self._done.is_set():
-                missing = sorted(set(self.plans) - self._finished)
-                raise AssertionError(
-                    f"{len(missing)} of {len(self.plans)} jobs not final after {timeout_s:.0f}s: "
-                    f"{missing[:10]}"
+            # Until every job is final; a helper task that fails (the user actions, the creation, a
+            # disruptor, e.g. the operator died on its own) ends the churn at once with its error.
+            while not self._done.is_set() and time.monotonic() < deadline:
+                finished, _ = await asyncio.wait(
+                    {done, *watched}, timeout=deadline - time.monotonic(), return_when="FIRST_COMPLETED"
                 )
+                for task in finished - {done}:
+                    watched.discard(task)
+                    if task.exception() is not None and not self._done.is_set():
+                        raise task.exception()  # type: ignore[misc]
+            if not self._done.is_set():
+                raise AssertionError(await self._describe_stuck(timeout_s))
         finally:
             done.cancel()
             self._done.set()
@@ -186,6 +193,23 @@ class Churn:
             await kube_async.cancel(user, creator)
             await self.kuberay.stop()
         return time.monotonic() - started
+
+    async def _describe_stuck(self, timeout_s: float) -> str:
+        missing = sorted(set(self.plans) - self._finished)
+        lines = [f"{len(missing)} of {len(self.plans)} jobs not final after {timeout_s:.0f}s:"]
+        rayjobs = await self.api.list(kuberay_async.rayjobs_path(self.namespace))
+        for name in missing[:10]:
+            status = ((await self.api.get(self.jobs_path(name))) or {}).get("status") or {}
+            mine = {
+                r["metadata"]["name"]: (r.get("status") or {}).get("jobStatus")
+                for r in rayjobs
+                if r["metadata"]["name"].rsplit("-a", 1)[0] == name
+            }
+            lines.append(
+                f"  {name} plan {[s.value for s in self.plans[name].steps]}: phase {status.get('phase')} "
+                f"attempt {status.get('attempt')} restarts {status.get('restarts')}; RayJobs {mine}"
+            )
+        return "\n".join(lines + self.kuberay.errors + self.unexpected)
 
     async def _create_jobs(self) -> None:
         loop_start = time.monotonic()
@@ -247,7 +271,7 @@ async def verify(churn: Churn, *, settle_s: float = 60.0) -> list[str]:
 
 async def _problems(churn: Churn) -> list[str]:
     api, ns = churn.api, churn.namespace
-    problems = list(churn.unexpected)
+    problems = list(churn.unexpected) + list(churn.kuberay.errors)
     jobs = {j["metadata"]["name"]: j for j in await api.list(churn.jobs_path())}
     core, rbac = f"/api/v1/namespaces/{ns}", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}"
     selector = "app.kubernetes.io/managed-by=trainop"

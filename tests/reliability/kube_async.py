@@ -122,8 +122,9 @@ class AsyncApi:
             raise
         return True
 
-    async def retrying(self, coro_factory: Any, *, attempts: int = 120, delay_s: float = 0.25) -> Any:
-        """Run ``coro_factory()`` until it does not fail with a transient error or a 5xx/429 (restarts)."""
+    async def retrying(self, coro_factory: Any, *, attempts: int = 480, delay_s: float = 0.25) -> Any:
+        """Run ``coro_factory()`` until it does not fail with a transient error or a 5xx/429 (restarts of
+        the apiserver or etcd): at least two minutes of retries."""
         for attempt in range(attempts):
             try:
                 return await coro_factory()

@@ -63,6 +63,8 @@ class KubeRayStandIn:
         self._on_created = on_created
         #: RayJob name -> every uid seen under that name (more than one: created twice).
         self.seen: dict[str, list[str]] = {}
+        #: Failures of the stand-in itself (a test must not blame the operator for them).
+        self.errors: list[str] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._runner: asyncio.Task[None] | None = None
 
@@ -88,7 +90,12 @@ class KubeRayStandIn:
                 continue  # already handled before a relist
             task = asyncio.create_task(self._drive(meta["name"], self._plan_for(obj)))
             self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self.errors.append(f"stand-in: {task.get_name()}: {task.exception()!r}")
 
     async def _drive(self, name: str, plan: Plan) -> None:
         await self.patch(

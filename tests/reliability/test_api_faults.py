@@ -114,7 +114,7 @@ async def test_a_watch_that_goes_silent_is_re_established_and_the_missed_change_
         operator = make_operator(
             ns,
             kubeconfig=kubeconfig_through(proxy, isolated_plane, ns, tmp_path),
-            args=["--watch-inactivity-timeout=70"],
+            args=["--watch-inactivity-timeout=3"],
         )
         await asyncio.to_thread(operator.start)
         job_path = f"/apis/trainop.dev/v1alpha1/namespaces/{ns}/trainingjobs"
@@ -124,9 +124,12 @@ async def test_a_watch_that_goes_silent_is_re_established_and_the_missed_change_
             return ((await api.get(f"{job_path}/mlp")) or {}).get("status", {}).get("phase")
 
         async def wait_for(what: str, check: Callable[[], object], timeout_s: float) -> None:
-            async with asyncio.timeout(timeout_s):
-                while not await check():  # type: ignore[misc]
-                    await asyncio.sleep(0.1)
+            try:
+                async with asyncio.timeout(timeout_s):
+                    while not await check():  # type: ignore[misc]
+                        await asyncio.sleep(0.1)
+            except TimeoutError:
+                raise AssertionError(f"no {what} within {timeout_s}s") from None
 
         rayjob = f"/apis/ray.io/v1/namespaces/{ns}/rayjobs"
         await wait_for("RayJob a1", lambda: api.get(f"{rayjob}/mlp-a1"), 30)

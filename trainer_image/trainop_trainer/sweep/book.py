@@ -74,6 +74,8 @@ class TrialBook:
         self.mode = mode
         self.max_t = max_t
         self.records: dict[str, TrialRecord] = {}
+        # Set when this attempt is being ended with trials unfinished (the failure budget is spent).
+        self.interrupted = False
 
     # ------------------------------------------------------------------------------------ Tune events
     def _record(self, trial_id: str, parameters: dict[str, Any] | None = None) -> TrialRecord:
@@ -125,6 +127,12 @@ class TrialBook:
         record.started = True
         record.tune_status = TUNE_ERROR
         record.error = message
+
+    def requeue_unfinished(self) -> None:
+        """Running trials of an interrupted attempt wait for the next one: count them as pending."""
+        for record in self.records.values():
+            if record.tune_status == TUNE_RUNNING:
+                record.tune_status = TUNE_PENDING
 
     # ----------------------------------------------------------------------------------------- views
     def _better(self, a: float, b: float) -> bool:

@@ -27,6 +27,8 @@ import logging
 import os
 import pathlib
 import re
+import signal
+import threading
 import time
 from typing import Any
 
@@ -187,7 +189,12 @@ class SweepMonitor(Callback):
         self._maybe_publish(force=False)
 
     def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
-        self._observe(trials)
+        if self.book.interrupted:
+            # Tune has just stopped the unfinished trials' actors; they are not done, the next attempt
+            # resumes them.
+            self.book.requeue_unfinished()
+        else:
+            self._observe(trials)
         self._maybe_publish(force=True)
         self.publisher.close()
         _LIVE_BOOKS.pop(self.key, None)
@@ -234,15 +241,24 @@ class SweepMonitor(Callback):
 
 
 class SweepStopper(Stopper):
-    """Stops a trial whose result reaches ``objective.goal``, then the whole sweep; stops the sweep when
-    more than ``maxFailedTrials`` trials failed.
+    """Ends the sweep at ``objective.goal``, and interrupts it when more than ``maxFailedTrials`` failed.
 
-    Failures are not results, so the stopper reads them from the monitor's book. It cannot hold that book
-    itself: Tune checkpoints a stopper with its controller's state and restores that copy, apart from the
+    Goal: the trial whose result reaches it is stopped, then every other trial (Tune's ``stop_all``): the
+    sweep is done, and a restore finds nothing left to run.
+
+    Failure budget: the attempt must end, but the trials still running or waiting must not be lost. Tune's
+    ``stop_all`` would mark them TERMINATED, i.e. finished for good (a restore never runs them again, and
+    the search stops generating the rest). So the stopper ends the attempt the way Tune ends an interrupted
+    run: it sends the driver process ``SIGUSR1``, on which Tune's handler stops the loop, checkpoints the
+    experiment with those trials still unfinished, and returns. The next attempt restores them (and the
+    failed ones, ``resume_errored``). Tune installs that handler only when ``fit()`` runs on the main
+    thread; elsewhere the stopper falls back to ``stop_all``.
+
+    Failures are not results, so the stopper counts them in the monitor's book. It cannot hold that book
+    itself: Tune checkpoints a stopper with its controller's state and restores that copy apart from the
     callbacks (restored from ``tuner.pkl`` plus their ``get_state``), so after a restore a book held here
-    would be a stale copy — one that still counts the failed trials Tune has just queued again. The
-    monitor therefore registers its live book under the experiment directory when Tune sets it up, and the
-    stopper looks it up there.
+    would be a stale copy that still counts the failed trials Tune has just queued again. The monitor
+    registers its live book under the experiment directory when Tune sets it up; the stopper looks it up.
     """
 
     def __init__(
@@ -262,6 +278,29 @@ class SweepStopper(Stopper):
         return False
 
     def stop_all(self) -> bool:
+        if self.goal_reached:
+            return True
         book = _LIVE_BOOKS.get(self.key)
-        too_many_failed = book is not None and len(book.failed()) > self.max_failed_trials
-        return self.goal_reached or too_many_failed
+        if book is None or len(book.failed()) <= self.max_failed_trials:
+            return False
+        if book.interrupted:
+            return False  # asked already; Tune ends the loop after this step
+        book.interrupted = True
+        log.warning(
+            "%d trials failed, more than maxFailedTrials (%d): ending this attempt; unfinished trials "
+            "resume in the next one",
+            len(book.failed()),
+            self.max_failed_trials,
+        )
+        if _tune_interrupt_handler_installed():
+            os.kill(os.getpid(), signal.SIGUSR1)
+            return False
+        return True
+
+
+def _tune_interrupt_handler_installed() -> bool:
+    """Whether SIGUSR1 reaches Tune's interrupt handler (installed by ``tune.run`` on the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    handler = signal.getsignal(signal.SIGUSR1)
+    return callable(handler) and getattr(handler, "__module__", "").startswith("ray.tune")

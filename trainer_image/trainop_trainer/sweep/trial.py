@@ -29,6 +29,8 @@ import pathlib
 import uuid
 from typing import Any
 
+from ray.tune.integration.ray_train import TuneReportCallback
+
 from trainop.api import trainer_config, trainingjob
 from trainop_trainer import config as config_module
 from trainop_trainer import ray_train
@@ -47,6 +49,7 @@ class TrialSetup:
     template_json: str
     trials_root: str
     attempt: int
+    metric: str
     inject_failure_at_step: int | None = None
 
     @classmethod
@@ -59,6 +62,7 @@ class TrialSetup:
             template_json=config.spec.template.model_dump_json(by_alias=True),
             trials_root=str(paths.trials_root),
             attempt=config.attempt,
+            metric=config.spec.objective.metric,
             inject_failure_at_step=inject_failure_at_step,
         )
 
@@ -77,11 +81,31 @@ class TrialSetup:
         )
 
 
-def fit(config: trainer_config.TrainerConfig, *, inject_failure_at_step: int | None = None) -> None:
-    """Run ``config`` as a TorchTrainer whose reports go to the current Tune trial; raises if it fails."""
+class ObjectiveReportCallback(TuneReportCallback):
+    """Train -> Tune reports, without those that lack the objective's metric.
+
+    Tune refuses a result without its metric by failing the whole experiment, and the trainer can send
+    one: a trial resumed from its final checkpoint ends with a report of no new steps and no loss. Such a
+    report carries nothing to tune on, so it is not forwarded. (A training that never reports the metric
+    then ends with no result, and the sweep says so, naming ``spec.objective.metric``.)
+    """
+
+    def __init__(self, metric: str) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.metric = metric
+
+    def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
+        if metrics and self.metric in metrics[0]:
+            super().after_report(run_context, metrics, checkpoint)
+
+
+def fit(
+    config: trainer_config.TrainerConfig, *, metric: str, inject_failure_at_step: int | None = None
+) -> None:
+    """Run ``config`` as a TorchTrainer whose reports (those with ``metric``) go to the current Tune
+    trial; raises if the training fails."""
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
-    from ray.tune.integration.ray_train import TuneReportCallback
 
     spec = config.spec
     scaling = config_module.scaling_for(spec)
@@ -103,7 +127,7 @@ def fit(config: trainer_config.TrainerConfig, *, inject_failure_at_step: int | N
             storage_path=config.storage_path,
             failure_config=FailureConfig(max_failures=spec.failure_policy.max_worker_failures),
             worker_runtime_env={"env_vars": ray_train.worker_env(config)},
-            callbacks=[TuneReportCallback()],  # type: ignore[no-untyped-call,list-item]
+            callbacks=[ObjectiveReportCallback(metric)],  # type: ignore[list-item]
         ),  # type: ignore[call-arg]  # (mypy sees Ray Train V1's RunConfig; V2's has worker_runtime_env)
     )
     trainer.fit()
@@ -120,7 +144,7 @@ def run_trial(params: dict[str, Any], setup: TrialSetup) -> None:
     run_dir = pathlib.Path(config.storage_path) / config.run_name
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "trainer.json").write_text(trainer_config.dumps(config))
-    fit(config, inject_failure_at_step=setup.inject_failure_at_step)
+    fit(config, metric=setup.metric, inject_failure_at_step=setup.inject_failure_at_step)
 
 
 def trainable(setup: TrialSetup) -> Any:
