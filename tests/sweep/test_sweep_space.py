@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from trainop.api import tuningsweep
-from trainop_trainer.sweep import driver, space
+from trainop_trainer.sweep import driver, space, trial
 
 
 def sweep_spec(**overrides: Any) -> tuningsweep.TuningSweepSpec:
@@ -133,3 +133,19 @@ def test_grid_search_generates_each_point_of_the_grid_once() -> None:
     )
     points = [(c["hyperparameters.learningRate"], c["nccl.NCCL_PROTO"]) for c in generated(spec)]
     assert sorted(points) == sorted(itertools.product(*values.values()))
+
+
+@pytest.mark.parametrize(
+    ("cluster", "asked"),
+    [
+        ({"CPU": 8.0, "memory": 8e9}, {"cpu": 0, "gpu": 0, "memory": trial.TRIAL_DRIVER_MEMORY_BYTES}),
+        (
+            {"CPU": 8.0, "memory": 8e9, "trainop_trial_driver": 4.0},
+            {"cpu": 0, "gpu": 0, "trainop_trial_driver": 1},
+        ),
+    ],
+)
+def test_a_trial_driver_asks_ray_for_no_cpu_and_no_gpu(
+    cluster: dict[str, float], asked: dict[str, float]
+) -> None:
+    assert trial.driver_resources(cluster) == asked

@@ -106,4 +106,6 @@ def test_status_schema_carries_no_defaults() -> None:
 
 
 def test_api_reference_in_docs_matches_the_models() -> None:
-    assert (ROOT / "docs" / "api.md").read_text() == reference.render(), "docs/api.md is stale: run `make crds`"
+    assert (ROOT / "docs" / "api.md").read_text() == reference.render(), (
+        "docs/api.md is stale: run `make crds`"
+    )

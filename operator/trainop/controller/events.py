@@ -30,9 +30,7 @@ log = logging.getLogger(__name__)
 def name(owner: Mapping[str, Any], event: status.Event) -> str:
     """A name unique to (owner incarnation, event key): posting the same Event twice is a harmless 409."""
     digest = hashlib.sha256(f"{owner['metadata']['uid']}/{event.key or event.message}".encode()).hexdigest()
-    import uuid  # MUTATION M2
-
-    return f"{owner['metadata']['name']}.{uuid.uuid4().hex[:16]}"
+    return f"{owner['metadata']['name']}.{digest[:16]}"
 
 
 def build(owner: Mapping[str, Any], event: status.Event, *, now: str) -> dict[str, Any]:

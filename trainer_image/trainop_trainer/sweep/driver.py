@@ -21,6 +21,11 @@ their TorchTrainer resumes from their last checkpoint; the searcher, the callbac
 stopper come back with the experiment. A restored experiment keeps the settings it was created with
 (numTrials, maxConcurrentTrials, maxFailedTrials, scheduler): Tune restores them from its own state.
 
+Ending early: ``objective.goal`` ends the sweep for good (the trials still running are stopped and
+count as early-stopped). More than ``maxFailedTrials`` failed trials end only this attempt: the trials
+still running or waiting stay unfinished in the experiment, so the next attempt runs them
+(``monitor.SweepStopper`` says how).
+
 Outcome: ``failed`` when more than ``maxFailedTrials`` trials failed (the reason names the count, the
 limit and the first failure) or when no trial ever reported ``objective.metric``; else ``succeeded``.
 """

@@ -4,22 +4,32 @@
 (``space.spec_for_trial``), names the run ``<sweep>-<trial id>`` under ``<experiment>/trials/`` (stable, so
 a trial Tune runs again resumes from its own checkpoints), and runs a ``TorchTrainer`` whose workers run
 the packaged trainer's ``ray_train.train_loop_per_worker`` — the same worker code, scaling, failure config
-and worker environment as ``python -m trainop_trainer``. Train's reports reach Tune through
-``TuneReportCallback`` (the Train V2 way), so Tune sees exactly the metrics the trainer reports: ``step``,
-``epoch``, ``loss``, ``samples_per_second``, ``checkpoint_step``.
+and worker environment as ``python -m trainop_trainer`` — so Tune sees exactly the metrics the trainer
+reports: ``step``, ``epoch``, ``loss``, ``samples_per_second``, ``checkpoint_step``. The trial's
+TrainerConfig is written next to its checkpoints (``<run>/trainer.json``).
 
 The driver side is built here rather than through ``ray_train.run`` because that function takes no Train
 callbacks; it is composed of the trainer's public pieces (``config.scaling_for``, ``LaunchSettings``,
 ``ray_train.worker_env``, ``ray_train.train_loop_per_worker``), so only the ``RunConfig`` wiring is
 repeated. A trial's workers get no ``statusTarget``: the TuningSweep's status belongs to the sweep driver.
 
-Resources: the trial function is only a Train driver (it waits on ``fit()``), so it asks for no CPU and
-no GPU — every CPU/GPU of the cluster stays for Train workers, which is what lets the operator size the
-worker group as exactly ``maxConcurrentTrials x replicas`` pods. Ray refuses an all-zero request
-(``{"cpu": 0}`` is an empty placement-group bundle), so it asks for ``TRIAL_DRIVER_MEMORY_BYTES`` of Ray's
-``memory`` resource instead: honest (a driver process does hold that much), and Train workers never ask
-for ``memory``, so it cannot take their place. Train V2 places each run's controller (0 CPU) on the node
-of its trial function.
+Reports: Train's reports reach Tune through ``ObjectiveReportCallback``, Ray's ``TuneReportCallback``
+minus the reports that lack the objective's metric (Tune would fail the whole experiment on one; the
+trainer sends one when a trial resumes from its final checkpoint: no new steps, no loss).
+
+Resources (``driver_resources``): the trial function is only a Train driver (it waits on ``fit()``), so it
+asks for no CPU and no GPU: every CPU and GPU stays for Train workers, which is what lets the operator size
+the worker group as exactly ``maxConcurrentTrials x replicas`` pods. Ray refuses an all-zero request
+(``{"cpu": 0}`` makes an empty placement-group bundle), so the trial asks, in this order:
+
+- one unit of the custom resource ``trainop_trial_driver`` when the cluster has it: a cluster that
+  advertises it on the head (``rayStartParams.resources``) pins every trial driver, and with it the
+  trial's Train controller, to the head, sized for them;
+- else ``TRIAL_DRIVER_MEMORY_BYTES`` of Ray's logical ``memory`` resource: an estimate of what the trial
+  process and its Train controller hold (each imports torch), which Train workers never ask for, so it
+  cannot take their place. Ray then places trial drivers wherever that memory is free.
+
+Train V2 places each run's controller (0 CPU) on the node of its trial function.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from ray.tune.integration.ray_train import TuneReportCallback
@@ -36,9 +47,17 @@ from trainop_trainer import config as config_module
 from trainop_trainer import ray_train
 from trainop_trainer.sweep import layout, space
 
-# Ray's logical ``memory`` resource a trial driver asks for (it uses about this much resident memory).
-TRIAL_DRIVER_MEMORY_BYTES = 256 * 1024 * 1024
-TRIAL_DRIVER_RESOURCES: dict[str, float] = {"cpu": 0, "gpu": 0, "memory": TRIAL_DRIVER_MEMORY_BYTES}
+TRIAL_DRIVER_RESOURCE = "trainop_trial_driver"
+# Ray's logical ``memory`` a trial asks for without that resource: its own process and its Train
+# controller's, about 0.5 GB resident each once torch is imported.
+TRIAL_DRIVER_MEMORY_BYTES = 1024**3
+
+
+def driver_resources(cluster_resources: Mapping[str, float]) -> dict[str, float]:
+    """What one trial function asks Ray for (see the module docstring): never CPU or GPU."""
+    if cluster_resources.get(TRIAL_DRIVER_RESOURCE, 0) > 0:
+        return {"cpu": 0, "gpu": 0, TRIAL_DRIVER_RESOURCE: 1}
+    return {"cpu": 0, "gpu": 0, "memory": TRIAL_DRIVER_MEMORY_BYTES}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,6 +168,8 @@ def run_trial(params: dict[str, Any], setup: TrialSetup) -> None:
 
 def trainable(setup: TrialSetup) -> Any:
     """``run_trial`` bound to ``setup`` and sized as a driver (no CPU, no GPU); needs Ray initialised."""
+    import ray
     from ray import tune
 
-    return tune.with_resources(tune.with_parameters(run_trial, setup=setup), TRIAL_DRIVER_RESOURCES)
+    resources = driver_resources(ray.cluster_resources())  # type: ignore[no-untyped-call]
+    return tune.with_resources(tune.with_parameters(run_trial, setup=setup), resources)
