@@ -14,10 +14,10 @@ Publishing is throttled: at most every ``min_interval_s`` (results arrive every 
 a status patch per result would load the API server for nothing), and only when something a user sees
 changed; the experiment's end always publishes.
 
-Tune pickles both objects with the Tuner (``tuner.pkl``) and restores that copy on ``Tuner.restore``, so
-they hold no live resources until ``setup`` (sinks are built lazily and dropped when pickled). They share
-one ``TrialBook``; pickled together, they still share it after a restore, and the book's content comes
-back from Tune's experiment checkpoint through ``get_state`` / ``set_state``.
+Tune pickles both objects with the Tuner (``tuner.pkl``) and restores copies on ``Tuner.restore``, so
+they hold no live resources (sinks are opened on first publish and dropped when pickled). The book's
+content comes back from Tune's experiment checkpoint through ``get_state`` / ``set_state``; how the stopper
+finds the live book is said in ``SweepStopper``.
 """
 
 from __future__ import annotations
@@ -131,6 +131,8 @@ def _write_json(path: pathlib.Path, data: Any) -> None:
 
 
 class SweepMonitor(Callback):
+    """Keeps ``book`` up to date from Tune's events and publishes it through ``publisher``."""
+
     def __init__(
         self,
         *,
