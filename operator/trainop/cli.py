@@ -65,7 +65,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if resources[0].kind == "TuningSweep":
         from trainop_trainer.sweep import local as sweep_local  # heavy: ray, torch
 
-        return sweep_local.run_sweep_manifest(args.file, state_dir=args.state_dir)
+        return sweep_local.run_sweep_manifest(
+            args.file,
+            workers=args.workers,
+            inject_failure_at_step=args.inject_failure_at_step,
+            state_dir=args.state_dir,
+            fresh=args.fresh,
+            verbose=args.verbose,
+        )
 
     from trainop_trainer import local  # heavy: ray, torch
 
