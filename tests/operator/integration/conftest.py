@@ -52,6 +52,8 @@ def _operator_process(
         kubeconfig=control_plane.kubeconfig_path, log_dir=tmp_path_factory.mktemp("operator")
     )
     request.config.stash[OPERATOR_KEY] = process
+    # The root conftest stops it before tests outside tests/operator (see SHARED_OPERATOR_ATTR there).
+    request.config.trainop_shared_operator = process  # type: ignore[attr-defined]
     yield process
     process.stop()
 
