@@ -350,3 +350,22 @@ def watchdog(alive: Callable[[], bool], what: str) -> Callable[[asyncio.Event], 
             await asyncio.sleep(0.5)
 
     return watch
+
+
+def kill_and_restart(
+    operator: Any, rng: random.Random, every_s: tuple[float, float] = (1.0, 4.0)
+) -> Callable[[asyncio.Event], Awaitable[None]]:
+    """A ``disrupt`` that SIGKILLs ``operator`` (an ``operator_runner.Operator``) at random intervals and
+    starts it again at once, until the churn is done; the last start leaves it running."""
+
+    async def disrupt(done: asyncio.Event) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(done.wait(), timeout=rng.uniform(*every_s))
+                return
+            except TimeoutError:
+                pass
+            operator.kill()
+            await operator.start_async()
+
+    return disrupt

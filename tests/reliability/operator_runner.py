@@ -7,6 +7,8 @@ environment), its metrics parsed, and its whole log kept across restarts (one fi
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import os
 import signal
 import sys
@@ -15,6 +17,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tests.controlplane import processes
+
+# Processes the control plane's helpers start die with the *thread* that started them (PR_SET_PDEATHSIG).
+# An operator started from asyncio's default executor would be killed when the test's event loop closes its
+# threads; this one thread lives as long as the process.
+_SPAWNER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="operator-spawner")
 
 
 class Operator:
@@ -64,6 +71,10 @@ class Operator:
         )
         if wait:
             self.process.wait_healthy(self.live, timeout_s=timeout_s, interval_s=0.1)
+
+    async def start_async(self) -> None:
+        """:meth:`start` without blocking the event loop (the harness keeps playing KubeRay meanwhile)."""
+        await asyncio.get_running_loop().run_in_executor(_SPAWNER, self.start)
 
     def live(self) -> bool:
         return self.get("/healthz", self.liveness_port)[0] == 200

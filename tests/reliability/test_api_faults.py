@@ -87,7 +87,7 @@ async def test_conflicts_throttling_5xx_and_lost_responses_are_retried_and_a_chu
             isolated_namespace,
             kubeconfig=kubeconfig_through(proxy, isolated_plane, isolated_namespace, tmp_path),
         )
-        await asyncio.to_thread(operator.start)
+        await operator.start_async()
         scenario = churn.Churn(api, isolated_namespace, plans)
         await scenario.run(timeout_s=240, disrupt=churn.watchdog(lambda: operator.running, "the operator"))
         problems = await churn.verify(scenario)
@@ -116,7 +116,7 @@ async def test_a_watch_that_goes_silent_is_re_established_and_the_missed_change_
             kubeconfig=kubeconfig_through(proxy, isolated_plane, ns, tmp_path),
             args=["--watch-inactivity-timeout=3"],
         )
-        await asyncio.to_thread(operator.start)
+        await operator.start_async()
         job_path = f"/apis/trainop.dev/v1alpha1/namespaces/{ns}/trainingjobs"
         await api.create(job_path, factories.manifest("mlp", ns))
 

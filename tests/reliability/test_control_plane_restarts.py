@@ -28,7 +28,7 @@ async def test_apiserver_and_etcd_restarted_mid_churn_the_operator_reconnects_an
     make_operator: Callable[..., operator_runner.Operator],
 ) -> None:
     operator = make_operator(isolated_namespace)
-    await asyncio.to_thread(operator.start)
+    await operator.start_async()
     plans = churn.plan_jobs(random.Random(5), 30, spread_s=12)
     final_at_restart: dict[str, int] = {}
 

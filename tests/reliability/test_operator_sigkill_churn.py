@@ -12,7 +12,6 @@ point, and a failure report names the seed and the jobs whose invariants broke. 
 
 from __future__ import annotations
 
-import asyncio
 import os
 import random
 from collections.abc import Callable
@@ -35,25 +34,13 @@ async def run_churn_with_kills(
     *,
     num_jobs: int,
     seed: int,
-    kill_every_s: tuple[float, float] = (1.0, 4.0),
 ) -> tuple[list[str], float]:
-    rng = random.Random(seed)
-    plans = churn.plan_jobs(rng, num_jobs, spread_s=num_jobs / 4)
-    killer_rng = random.Random(seed + 1)
-
-    async def kill_and_restart(done: asyncio.Event) -> None:
-        while True:
-            try:
-                await asyncio.wait_for(done.wait(), timeout=killer_rng.uniform(*kill_every_s))
-                return
-            except TimeoutError:
-                pass
-            operator.kill()
-            await asyncio.to_thread(operator.start)
-
+    """The churn (plans from ``seed``) with the operator SIGKILLed every 1-4 s and restarted at once."""
+    plans = churn.plan_jobs(random.Random(seed), num_jobs, spread_s=num_jobs / 4)
     async with kube_async.AsyncApi.for_plane(plane) as api:
         scenario = churn.Churn(api, namespace, plans)
-        elapsed = await scenario.run(timeout_s=120 + 3 * num_jobs, disrupt=kill_and_restart)
+        disrupt = churn.kill_and_restart(operator, random.Random(seed + 1))
+        elapsed = await scenario.run(timeout_s=120 + 3 * num_jobs, disrupt=disrupt)
         return await churn.verify(scenario), elapsed
 
 

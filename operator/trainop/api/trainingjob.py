@@ -184,11 +184,55 @@ class Hyperparameters(base.ApiModel):
 
 
 class Toleration(base.ApiModel):
+    """A pod toleration, refused here when Kubernetes would refuse it in the worker pods (KubeRay could
+    then not create them, and the job would sit in Provisioning)."""
+
+    model_config = pydantic.ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "(has(self.key) && self.key != '') "
+                    "|| (has(self.operator) && self.operator == 'Exists')",
+                    "message": "a toleration without a key must set operator: Exists (it then tolerates "
+                    "every taint); give it a key or set operator to Exists",
+                },
+                {
+                    "rule": "!(has(self.operator) && self.operator == 'Exists') || !has(self.value) "
+                    "|| self.value == ''",
+                    "message": "a toleration with operator Exists must not set a value; remove value or "
+                    "use operator: Equal",
+                },
+                {
+                    "rule": "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+                    "message": "tolerationSeconds needs effect: NoExecute; set effect to NoExecute or "
+                    "remove tolerationSeconds",
+                },
+            ]
+        }
+    )
+
     key: str | None = None
     operator: Literal["Exists", "Equal"] | None = None
     value: str | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     toleration_seconds: int | None = None
+
+    @pydantic.model_validator(mode="after")
+    def _valid_for_a_pod(self) -> Toleration:
+        if not self.key and self.operator != "Exists":
+            raise ValueError(
+                "a toleration without a key must set operator: Exists (it then tolerates every taint); "
+                "give it a key or set operator to Exists"
+            )
+        if self.operator == "Exists" and self.value:
+            raise ValueError(
+                "a toleration with operator Exists must not set a value; remove value or use operator: Equal"
+            )
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise ValueError(
+                "tolerationSeconds needs effect: NoExecute; set effect to NoExecute or remove tolerationSeconds"
+            )
+        return self
 
 
 class Workers(base.ApiModel):

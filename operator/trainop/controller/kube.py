@@ -10,23 +10,36 @@ Every request has a deadline (``REQUEST_TIMEOUT_SECONDS``): a connection that we
 restarted behind a load balancer, a half-open TCP connection) fails the reconcile, which is retried,
 instead of holding one of the few reconcile workers for aiohttp's default five minutes.
 
+Like client-go, a request the apiserver could not serve right now -- 429 (API priority and fairness), a
+5xx, a refused or reset connection -- is retried here a few times (``RETRY_DELAYS_SECONDS``, or the
+answer's Retry-After, capped), before it fails the reconcile and the per-owner backoff takes over. Unlike
+client-go this includes writes whose outcome is unknown (a 500 after the write was applied): every write
+of this operator is idempotent by construction (deterministic names, so a repeated create is a 409 its
+caller handles; merge patches computed from what was read; deletes with a uid precondition). A 409
+Conflict is never retried here: the reconcile reads again and decides again.
+
 This module must not decide anything; it only speaks HTTP.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import os
 from collections.abc import Mapping
 from typing import Any
 
+import aiohttp
 from kubernetes.aio import client as aio_client
 from kubernetes.aio import config as aio_config
 
 FIELD_MANAGER = "trainop"
 #: No single request of the operator's may take longer (the apiserver itself gives up after 60 s).
 REQUEST_TIMEOUT_SECONDS = 30.0
+#: Pauses before retrying a request that got 429, a 5xx or a refused/reset connection.
+RETRY_DELAYS_SECONDS = (0.2, 0.5, 1.0)
+_MAX_RETRY_AFTER_SECONDS = 2.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,11 +100,12 @@ async def load_configuration(kubeconfig: str | None) -> aio_client.Configuration
 class ApiError(Exception):
     """A non-2xx answer: ``status`` is the HTTP code, ``message`` the apiserver's sentence."""
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(self, status: int, reason: str, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(f"{status} {reason}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
+        self.retry_after = retry_after
 
 
 class Kube:
@@ -114,6 +128,30 @@ class Kube:
         body: Any = None,
         content_type: str = "application/json",
     ) -> dict[str, Any]:
+        for delay in (*RETRY_DELAYS_SECONDS, None):
+            try:
+                return await self._request_once(
+                    method, path, query=query, body=body, content_type=content_type
+                )
+            except ApiError as error:
+                if delay is None or not (error.status == 429 or error.status >= 500):
+                    raise
+                delay = min(error.retry_after or delay, _MAX_RETRY_AFTER_SECONDS)
+            except aiohttp.ClientConnectionError:  # refused, reset: the apiserver is restarting
+                if delay is None:
+                    raise
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
+
+    async def _request_once(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None,
+        body: Any,
+        content_type: str,
+    ) -> dict[str, Any]:
         # The URL and the (possibly refreshed) credentials from the client; the body is not handed to
         # param_serialize, whose model sanitising would walk every plain-JSON body recursively (a
         # quarter of the operator's request CPU): the transport JSON-encodes the dict once.
@@ -131,7 +169,10 @@ class Kube:
         data: dict[str, Any] = json.loads(raw) if raw else {}
         if response.status >= 400:
             raise ApiError(
-                response.status, str(data.get("reason") or response.reason), str(data.get("message") or raw)
+                response.status,
+                str(data.get("reason") or response.reason),
+                str(data.get("message") or raw),
+                retry_after=_seconds(response.getheader("Retry-After")),  # type: ignore[no-untyped-call]
             )
         return data
 
@@ -201,3 +242,10 @@ class Kube:
                 return False
             raise
         return True
+
+
+def _seconds(value: str | None) -> float | None:
+    try:
+        return float(value) if value else None
+    except ValueError:  # an HTTP date: rare, and the default delay will do
+        return None
