@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 
 from trainop.api import crd, manifest, reference
+from trainop.controller import options
 
 
 def _cmd_crds(args: argparse.Namespace) -> int:
@@ -89,13 +90,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_operator(args: argparse.Namespace) -> int:
     from trainop.controller import main as controller_main  # heavy: kopf, kubernetes
 
-    return controller_main.run(
-        namespaces=args.namespace or None,
-        liveness_port=args.liveness_port,
-        metrics_port=args.metrics_port,
-        log_format=args.log_format,
-        verbose=args.verbose,
-    )
+    return controller_main.run(**options.run_kwargs(args))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -133,17 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("operator", help="start the operator (kopf)")
-    p.add_argument(
-        "--namespace",
-        action="append",
-        default=[],
-        metavar="NS",
-        help="watch only this namespace (repeatable); default: all namespaces",
-    )
-    p.add_argument("--liveness-port", type=int, default=8080, help="kopf liveness endpoint port (/healthz)")
-    p.add_argument("--metrics-port", type=int, default=9100, help="Prometheus metrics port")
-    p.add_argument("--log-format", choices=["plain", "json"], default="plain")
-    p.add_argument("--verbose", action="store_true", help="debug logging")
+    options.add_arguments(p, default_log_format="plain")
     p.set_defaults(func=_cmd_operator)
     return parser
 

@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
+from trainop import cli
 from trainop.api import manifest, trainingjob
+from trainop.controller import options
 
 from .conftest import CHART_DIR, FULL_VALUES, REPO_ROOT, Helm, objects_of, one
 
@@ -113,7 +115,15 @@ def test_crds_ship_in_the_chart_crds_directory_and_render_with_include_crds(helm
 def test_operator_watches_every_namespace_by_default(helm: Helm) -> None:
     args = _container(helm.template())["args"]
     # No --namespace flag at all is how `trainop operator` serves every namespace.
-    assert args == ["operator", "--metrics-port=9100", "--liveness-port=8080", "--log-format=plain"]
+    assert args == [
+        "operator",
+        "--metrics-port=9100",
+        "--liveness-port=8080",
+        "--log-format=plain",
+        "--workers=16",
+    ]
+    parsed = cli.build_parser().parse_args(args)  # the real CLI takes what the chart renders
+    assert parsed.namespaces is None and parsed.workers == options.DEFAULT_WORKERS
 
 
 def test_operator_watches_only_the_listed_namespaces(helm: Helm) -> None:
@@ -129,6 +139,7 @@ def test_operator_ports_follow_values_and_probes_hit_kopf_liveness_endpoint(helm
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"metrics": 9200, "health": 8081}
     assert "--metrics-port=9200" in container["args"] and "--liveness-port=8081" in container["args"]
+    assert "--workers=8" in container["args"]
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}, probe
     assert container["livenessProbe"]["periodSeconds"] == 15

@@ -21,7 +21,7 @@ from typing import Any
 
 import kopf
 
-from trainop.controller import engine, handlers, kube, metrics, reconcile
+from trainop.controller import engine, handlers, kube, metrics, options, reconcile
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ def run(
     kubeconfig: str | None = None,
     log_format: str = "plain",
     verbose: bool = False,
-    workers: int = 4,
+    workers: int = options.DEFAULT_WORKERS,
     peering: str | None = None,
     watch_inactivity_timeout: float | None = None,
 ) -> int:
