@@ -20,6 +20,11 @@ ENTRYPOINT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-
 NCCL_ENV_KEY_PATTERN = r"^(NCCL|TORCH_NCCL|UCX|FI)_[A-Z0-9_]+$"
 CLAIM_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 MAX_FAILURE_HISTORY = 10
+# Worker pods' terminationGracePeriodSeconds. The preStop hook waits for the checkpoint for this long less
+# the operator's margin (5 s), so the floor leaves the hook at least 5 s; the default leaves a large
+# model's synchronous checkpoint time to finish.
+MIN_TERMINATION_GRACE_PERIOD_SECONDS = 10
+DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS = 120
 
 
 class Phase(enum.StrEnum):
@@ -203,7 +208,8 @@ class Toleration(base.ApiModel):
                     "use operator: Equal",
                 },
                 {
-                    "rule": "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+                    "rule": "!has(self.tolerationSeconds) "
+                    "|| (has(self.effect) && self.effect == 'NoExecute')",
                     "message": "tolerationSeconds needs effect: NoExecute; set effect to NoExecute or "
                     "remove tolerationSeconds",
                 },
@@ -230,7 +236,8 @@ class Toleration(base.ApiModel):
             )
         if self.toleration_seconds is not None and self.effect != "NoExecute":
             raise ValueError(
-                "tolerationSeconds needs effect: NoExecute; set effect to NoExecute or remove tolerationSeconds"
+                "tolerationSeconds needs effect: NoExecute; set effect to NoExecute or remove "
+                "tolerationSeconds"
             )
         return self
 
@@ -250,6 +257,16 @@ class Workers(base.ApiModel):
     node_selector: dict[str, str] = pydantic.Field(default_factory=dict)
     tolerations: list[Toleration] = pydantic.Field(default_factory=list)
     priority_class_name: str | None = None
+    termination_grace_period_seconds: Annotated[
+        int, pydantic.Field(ge=MIN_TERMINATION_GRACE_PERIOD_SECONDS, le=3600)
+    ] = pydantic.Field(
+        default=DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS,
+        description=(
+            "terminationGracePeriodSeconds of the worker pods. When a worker pod is deleted or evicted "
+            "(preemption, node drain), its preStop hook asks the training processes to checkpoint and "
+            "waits for them up to this many seconds less 5; raise it when a checkpoint takes longer."
+        ),
+    )
 
 
 class Storage(base.ApiModel):

@@ -153,6 +153,13 @@ def worker_replicas(resource: manifest.Resource) -> int:
     return resource.spec.max_concurrent_trials * resource.spec.template.workers.replicas
 
 
+def trial_drivers(resource: manifest.Resource) -> int:
+    """Trial drivers the Ray head hosts at once: a sweep's maxConcurrentTrials; a TrainingJob has none."""
+    if isinstance(resource, trainingjob.TrainingJob):
+        return 0
+    return resource.spec.max_concurrent_trials
+
+
 def claim_name(resource: manifest.Resource) -> str:
     """The checkpoint claim the Ray pods mount: the existing claim named in the spec, or the created one."""
     storage = training_spec(resource).checkpoint.storage

@@ -19,12 +19,26 @@ Choices, each for a reason:
   same storage path the workers write), and a memory-backed /dev/shm sized by ``workers.sharedMemory``.
 - NCCL env from ``trainop.api.nccl.env_for(spec.network)`` on every Ray container.
 - The trainer's metrics port is declared as container port ``metrics`` on workers, for a PodMonitor.
+- Graceful preemption: a pod's SIGTERM goes to ``ray start``, not to the training processes, so every
+  worker container gets a preStop hook running the trainer's helper (``python -m trainop_trainer.preempt
+  --timeout T``): it SIGTERMs the pod's training processes, which checkpoint at their next step and exit,
+  and waits for them. The worker pods' ``terminationGracePeriodSeconds`` is set explicitly
+  (``workers.terminationGracePeriodSeconds``) and ``T`` is that less ``PRESTOP_MARGIN_SECONDS``, kept for
+  the helper's start-up and for ``ray start`` to stop after it. The head gets neither: it runs no training
+  process (``num-cpus: 0`` while every Train worker asks for CPUs), so the helper would find nothing to
+  signal there; losing the head ends the attempt, and the next one resumes from the latest checkpoint.
+- A TuningSweep's head also hosts the trial drivers and their Train controllers (docs/sweep.md, about
+  2 GiB per concurrent trial, measured): its memory is ``2 GiB + maxConcurrentTrials x 2 GiB`` and it
+  advertises ``maxConcurrentTrials`` units of the custom Ray resource ``trainop_trial_driver``, which each
+  trial driver asks for when the cluster has it, so trial drivers stay on the head rather than on worker
+  pods sized for one Train worker.
 
 This module must not talk to the API or read the clock.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from trainop.api import manifest, nccl, trainer_config, trainingjob
@@ -40,6 +54,19 @@ HEAD_CPU = "1"
 HEAD_MEMORY = "4Gi"
 RUN_AS_USER = 1000
 RAY_METRICS_PORT = 8080  # KubeRay's default metrics-export-port for Ray's own metrics
+# A sweep's head: the driver's own share, plus one share per concurrent trial (trial driver, its Train
+# controller and Train's per-run helpers: about 2 GB measured on CPU, docs/sweep.md).
+SWEEP_HEAD_BASE_MEMORY_GIB = 2
+SWEEP_HEAD_MEMORY_PER_TRIAL_GIB = 2
+# The custom Ray resource a trial driver asks for when the cluster advertises it; the trainer's name for
+# it is trainop_trainer.sweep.trial.TRIAL_DRIVER_RESOURCE (a unit test holds the two together).
+TRIAL_DRIVER_RESOURCE = "trainop_trial_driver"
+# The worker containers' preStop hook: the trainer's helper, which SIGTERMs the pod's training processes
+# and waits up to --timeout seconds for them to checkpoint and exit.
+PRESTOP_COMMAND = ("python", "-m", "trainop_trainer.preempt", "--timeout")
+# Seconds of the grace period the helper leaves over: its own start-up (Python, imports) before it signals,
+# and time for the kubelet's SIGTERM to stop `ray start` before the SIGKILL at the end of the period.
+PRESTOP_MARGIN_SECONDS = 5
 VOLUME_CHECKPOINTS = "checkpoints"
 VOLUME_CONFIG = "trainer-config"
 VOLUME_SHM = "dshm"
@@ -64,7 +91,7 @@ def desired_rayjob(resource: manifest.Resource, attempt: int) -> dict[str, Any]:
                 "rayVersion": spec.ray_version,
                 "enableInTreeAutoscaling": False,
                 "headGroupSpec": {
-                    "rayStartParams": {"num-cpus": "0"},
+                    "rayStartParams": head_start_params(resource),
                     "template": pod_template(resource, attempt, head=True),
                 },
                 "workerGroupSpecs": [
@@ -80,6 +107,31 @@ def desired_rayjob(resource: manifest.Resource, attempt: int) -> dict[str, Any]:
             },
         },
     }
+
+
+def head_start_params(resource: manifest.Resource) -> dict[str, str]:
+    """The head's ``ray start`` flags. KubeRay writes each as ``--<key>=<value>`` into a bash command line,
+    so the resources JSON is single-quoted for the shell, the form KubeRay itself writes there."""
+    params = {"num-cpus": "0"}
+    drivers = kinds.trial_drivers(resource)
+    if drivers:
+        params["resources"] = "'" + json.dumps({TRIAL_DRIVER_RESOURCE: drivers}, separators=(",", ":")) + "'"
+    return params
+
+
+def head_memory(resource: manifest.Resource) -> str:
+    """The head container's memory (requests = limits; KubeRay gives Ray the limit): a TrainingJob's fixed
+    size, or for a sweep the base plus one share per concurrent trial."""
+    drivers = kinds.trial_drivers(resource)
+    if not drivers:
+        return HEAD_MEMORY
+    return f"{SWEEP_HEAD_BASE_MEMORY_GIB + drivers * SWEEP_HEAD_MEMORY_PER_TRIAL_GIB}Gi"
+
+
+def prestop_timeout_seconds(termination_grace_period_seconds: int) -> int:
+    """How long the preStop helper waits for the checkpoint: the grace period less the margin (at least
+    5 s, as the API's floor for the grace period is 10 s)."""
+    return termination_grace_period_seconds - PRESTOP_MARGIN_SECONDS
 
 
 def pod_template(resource: manifest.Resource, attempt: int, *, head: bool) -> dict[str, Any]:
@@ -117,6 +169,7 @@ def pod_template(resource: manifest.Resource, attempt: int, *, head: bool) -> di
             pod["tolerations"] = [t.to_wire() for t in workers.tolerations]
         if workers.priority_class_name:
             pod["priorityClassName"] = workers.priority_class_name
+        pod["terminationGracePeriodSeconds"] = workers.termination_grace_period_seconds
     return {"metadata": {"labels": meta.attempt_labels(resource, attempt)}, "spec": pod}
 
 
@@ -126,9 +179,10 @@ def _container(
     workers = spec.workers
     env = {trainer_config.CONFIG_ENV: trainer_config.DEFAULT_CONFIG_PATH, **nccl.env_for(spec.network)}
     if head:
+        memory = head_memory(resource)
         resources: dict[str, Any] = {
-            "requests": {"cpu": HEAD_CPU, "memory": HEAD_MEMORY},
-            "limits": {"memory": HEAD_MEMORY},
+            "requests": {"cpu": HEAD_CPU, "memory": memory},
+            "limits": {"memory": memory},
         }
         ports: list[dict[str, Any]] = []
     else:
@@ -160,6 +214,9 @@ def _container(
     }
     if ports:
         container["ports"] = ports
+    if not head:
+        timeout = prestop_timeout_seconds(workers.termination_grace_period_seconds)
+        container["lifecycle"] = {"preStop": {"exec": {"command": [*PRESTOP_COMMAND, str(timeout)]}}}
     return container
 
 
