@@ -7,6 +7,11 @@ between CUDA events, slowest rank's mean time; bus bandwidth = bytes / t x 2(n-1
 reports it. Then ``trainop_trainer.distributed.probe_allreduce`` (what every trainer worker runs at start-up:
 2 warm-up + 5 timed calls, host clock) at 256 MiB and 1 GiB, so the probe can be compared with a careful
 measurement on the same machine at the same moment. Rank 0 prints ``ALLREDUCE {json}`` lines.
+
+``--profile auto`` (the suite's choice) first resolves trainop's network profile on this node the way the
+trainer does at start-up (``trainop_trainer.nccl``: one node with NVLink -> ``nvlink``) and exports its
+NCCL variables, so the numbers are those of the profile the operator's ``auto`` gets; ``--profile none``
+leaves NCCL's defaults. NVLink multicast stays off either way (``NCCL_NVLS_ENABLE=0`` is set here too).
 """
 
 from __future__ import annotations
@@ -40,7 +45,26 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=None)
     parser.add_argument("--sizes-mib", default="16,256,1024")
+    parser.add_argument(
+        "--profile", default="none", help="trainop network profile (auto, nvlink, ...) or none"
+    )
     args = parser.parse_args()
+    # NVLink multicast off, whoever started this (the device machines' GPUs are shared).
+    os.environ.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
+    profile: dict[str, object] = {"profile": "none"}
+    if args.profile != "none":
+        from trainop_trainer import nccl
+
+        multi_node = int(os.environ.get("WORLD_SIZE", "1")) > int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        facts = nccl.detect_node_facts(multi_node=multi_node) if args.profile == "auto" else None
+        plan = nccl.plan(args.profile, {}, facts)
+        for key, value in plan.env.items():
+            os.environ.setdefault(key, value)  # as the trainer does: what is already set wins
+        profile = {
+            "profile": plan.resolved,
+            "profile_reason": plan.reason,
+            "nccl_env": {key: os.environ[key] for key in sorted(plan.env)},
+        }
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device("cuda", local_rank)
     torch.cuda.set_device(device)
@@ -57,6 +81,7 @@ def main() -> int:
                 "world_size": n,
                 "ms": seconds * 1e3,
                 "busbw_gbps": nbytes / seconds * 2 * (n - 1) / n / 1e9,
+                **profile,
             }
         )
     from trainop_trainer import distributed
@@ -72,13 +97,16 @@ def main() -> int:
     )
     for mib in (256, 1024):
         result = distributed.probe_allreduce(ctx, megabytes=mib)
+        # ``bus_bandwidth_gb_per_second``, formerly ``bus_bandwidth_gbps`` (GB/s both): read either.
+        bus = getattr(result, "bus_bandwidth_gb_per_second", getattr(result, "bus_bandwidth_gbps", None))
         lines.append(
             {
                 "kind": "trainer_probe_fn",
                 "mib": mib,
                 "world_size": n,
                 "ms": result.seconds_per_op * 1e3,
-                "busbw_gbps": result.bus_bandwidth_gbps,
+                "busbw_gbps": bus,
+                **profile,
             }
         )
     if dist.get_rank() == 0:

@@ -13,6 +13,9 @@ Throughput is ``steps`` steps timed between two device synchronisations after ``
 absorb compilation). Peak memory is ``torch.cuda.max_memory_allocated`` over the workload. Rank 0 prints
 one ``BARE {json}`` line per workload and appends it to ``--out``.
 
+``--no-compile`` runs ``-compile`` workloads eagerly under their own names (the suite's CPU smoke test).
+NVLink multicast stays off (``NCCL_NVLS_ENABLE=0`` and its PyTorch/NVSHMEM counterparts are set here too).
+
 ``--no-ddp-at-1`` skips the DDP wrapper when the world size is 1 (what a single-GPU script would do), to
 see what DDP's reducer and graph splitting cost on one GPU.
 """
@@ -98,7 +101,14 @@ def gpt_flops_per_token(model: nn.Module, sequence_length: int) -> tuple[int, fl
 
 
 def run_one(
-    name: str, *, device: torch.device, world_size: int, warmup: int, steps: int, no_ddp_at_1: bool
+    name: str,
+    *,
+    device: torch.device,
+    world_size: int,
+    warmup: int,
+    steps: int,
+    no_ddp_at_1: bool,
+    compile_: bool = True,
 ) -> dict[str, Any]:
     model, batches, loss_fn, make_optimizer = build(name, device)
     use_ddp = not (no_ddp_at_1 and world_size == 1)
@@ -108,7 +118,7 @@ def run_one(
         else model
     )
     train_model: Callable[[torch.Tensor], torch.Tensor] = (
-        torch.compile(wrapped) if name.endswith("-compile") else wrapped  # type: ignore[assignment]
+        torch.compile(wrapped) if compile_ and name.endswith("-compile") else wrapped  # type: ignore[assignment]
     )
     optimizer = make_optimizer(model.parameters())
     cuda = device.type == "cuda"
@@ -146,6 +156,7 @@ def run_one(
         "workload": name,
         "world_size": world_size,
         "ddp": use_ddp,
+        "compiled": compile_ and name.endswith("-compile"),
         "warmup": warmup,
         "steps": steps,
         "step_ms": 1e3 * seconds / steps,
@@ -174,7 +185,10 @@ def main() -> int:
     parser.add_argument("--no-ddp-at-1", action="store_true")
     parser.add_argument("--cpu", action="store_true", help="gloo on CPU (a smoke test of this script)")
     parser.add_argument("--tiny", action="store_true", help="tiny batches and models (CPU smoke test)")
+    parser.add_argument("--no-compile", action="store_true", help="run -compile workloads eagerly")
     args = parser.parse_args()
+    # NVLink multicast off, whoever started this (the device machines' GPUs are shared).
+    os.environ.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
     if args.tiny:
         make_tiny()
 
@@ -196,6 +210,7 @@ def main() -> int:
             warmup=args.warmup,
             steps=args.steps,
             no_ddp_at_1=args.no_ddp_at_1,
+            compile_=not args.no_compile,
         )
         if rank == 0:
             result["gpu"] = torch.cuda.get_device_name(device) if use_gpu else "cpu"

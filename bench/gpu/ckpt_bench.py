@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 import uuid
@@ -60,6 +61,8 @@ def main() -> int:
     parser.add_argument("--modes", default="background,sync,pageable")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    # NVLink multicast off, whoever started this (the device machines' GPUs are shared).
+    os.environ.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
 
     config = trainer_config.load(args.config)
     use_gpu = torch.cuda.is_available() and config.spec.workers.gpus_per_worker > 0

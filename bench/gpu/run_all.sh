@@ -2,9 +2,12 @@
 # The whole GPU benchmark in one device call (docs/benchmarks-gpu.md):
 #   run(command="bash bench/gpu/run_all.sh", kind="nvidia-h100-x2", carry=[".whl"], timeout_s=600)
 # Writes $OUT/{log.txt,results.jsonl,table.md,nvml.csv,logs.tar.gz} and prints the table last.
-# Extra arguments go to suite.py (e.g. --only bare1,ray1). DEADLINE_S (default 545) bounds the suite,
-# counted from this script's start; phases that no longer fit are skipped and listed. The whole suite
-# takes more than one call; split it: `--only bare1,bare2,ray2,ray1w8`, `--only allreduce,bare1,ray1,ckpt,launch2,launch1`.
+# Writes summary.json too (scaling against 1 GPU and trainer / bare DDP at every GPU count).
+# Extra arguments go to suite.py (e.g. --only bare1,ray1; --gpus 1,2,4,8; --workloads resnet50). DEADLINE_S
+# (default 545) bounds the suite, counted from this script's start; phases that no longer fit are skipped
+# and listed. The whole suite takes more than one call; split it: on 2 GPUs `--only bare1,bare2,ray2,ray1w8`
+# and `--only allreduce,bare1,ray1,ckpt,launch2,launch1`; on 4 and 8 GPUs, one call per workload as
+# docs/benchmarks-gpu.md ("4 and 8 GPUs") gives them. `suite.py --dry-run --assume-gpus 8 ...` prints a plan.
 set -uo pipefail
 t0=$(date +%s)
 cd "$(dirname "$0")/../.."

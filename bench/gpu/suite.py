@@ -1,32 +1,42 @@
 """The GPU benchmark suite: bare DDP against the trainop trainer (Ray Train and torchrun), in one call.
 
-    python3 bench/gpu/suite.py --out OUT [--deadline-s 540] [--only bare1,ray2,...]
-    python3 bench/gpu/suite.py --table OUT/results.jsonl          # re-render the table offline
+    python3 bench/gpu/suite.py --out OUT [--deadline-s 540] [--gpus 1,2,4,8] [--workloads resnet50,...]
+                               [--only allreduce,bare1,ray8,...] [--recovery-gpus 2]
+    python3 bench/gpu/suite.py --table A/results.jsonl [B/results.jsonl ...] [--json]   # offline
+    python3 bench/gpu/suite.py --dry-run --assume-gpus 8 [--only ...]   # the plan and its time, no GPU
 
 Run it through ``bench/gpu/run_all.sh`` on the device machine (it installs the carried wheels and sets
-the environment). Everything does not fit one 10-minute call on 2x H200 (docs/benchmarks-gpu.md):
-use ``--only bare1,bare2,ray2,ray1w8`` and ``--only allreduce,bare1,ray1,ckpt,launch2,launch1``.
-Phases, in priority order; a phase whose estimate no longer fits before the deadline is skipped and
-named as skipped in the table:
+the environment). Everything does not fit one 10-minute call (docs/benchmarks-gpu.md gives the calls for
+2, 4 and 8 GPUs). ``--gpus`` (default: 1, 2, 4, ... up to and including the machine's GPU count) sets the
+GPU counts of the default phases and of ``allreduce``; ``--workloads`` (default
+``resnet50,resnet50-compile,gpt-compile``) the workloads of the bare and trainer phases. Phases run in
+the order given (priority order); a phase whose estimate no longer fits before the deadline is skipped
+and named as skipped in the table, and so is one that needs more GPUs than the machine has. ``N`` below
+is any GPU count:
 
-- ``allreduce``: standalone NCCL all-reduce (16 MiB, 256 MiB, 1 GiB) and the trainer's probe function.
-- ``bare1`` / ``bare2``: ``bare_ddp.py`` on 1 and 2 GPUs (ResNet-50 eager and compiled, GPT-small
-  compiled). The first compiled runs fill the Inductor cache that later runs reuse (GPT-small is compiled
-  on GPU 1 by a warm-up process while ``bare1`` compiles ResNet-50 on GPU 0).
-- ``ray1`` / ``ray2``: ``python -m trainop_trainer --config ...`` (the product entry point: TorchTrainer,
+- ``allreduce``: standalone NCCL all-reduce (16 MiB, 256 MiB, 1 GiB) and the trainer's probe function,
+  for every N >= 2 of ``--gpus``, under the network profile the trainer resolves on the node (``auto``:
+  NVLink on one node); ``allreduceN``: only on N GPUs.
+- ``bareN``: ``bare_ddp.py`` on N GPUs (the selected workloads in one torchrun). The first compiled runs fill
+  the Inductor cache that later runs reuse; with both compiled workloads selected, ``bare1`` compiles
+  ResNet-50 on GPU 0 while a warm-up process compiles GPT-small on GPU 1.
+- ``rayN``: ``python -m trainop_trainer --config ...`` (the product entry point: TorchTrainer,
   ScalingConfig(num_workers=N, use_gpu=True)) joined to one local Ray head started here.
-- recovery, inside ``ray2``'s ResNet-50 run after its timed steps: a checkpoint, one worker killed
-  (``TRAINOP_INJECT_FAILURE_AT_STEP``), Ray Train restarts the group -> time from the kill to the first
-  step after the resume, from the workers' own log timestamps.
-- ``ckpt``: ``ckpt_bench.py``, GPT-small (eager: the cost is seconds per checkpoint, whatever the step
-  time) on 2 GPUs: per-checkpoint cost, background (pinned snapshot) vs pageable snapshot vs sync.
-- ``ray1w8``: Ray, 1 GPU, compiled ResNet-50 with 8 DataLoader workers instead of 4 (input-bound?).
-- ``launch2`` / ``launch1``: ``torchrun -m trainop_trainer.launch`` (the same Trainer without Ray).
+- recovery, inside ``rayN``'s ResNet-50 eager run for N = ``--recovery-gpus`` (default 2; 0: never) after
+  its timed steps: a checkpoint, one worker killed (``TRAINOP_INJECT_FAILURE_AT_STEP``), Ray Train
+  restarts the group -> time from the kill to the first step after the resume, from the workers' logs.
+- ``ckpt`` (= ``ckpt2``) / ``ckptN``: ``ckpt_bench.py``, GPT-small (eager: the cost is seconds per
+  checkpoint, whatever the step time) on N GPUs: per-checkpoint cost, background (pinned snapshot) vs
+  pageable snapshot vs sync.
+- ``rayNw8``: Ray, N GPUs, compiled ResNet-50 with 8 DataLoader workers per rank instead of 4.
+- ``launchN``: ``torchrun -m trainop_trainer.launch`` (the same Trainer without Ray).
 
 Trainer throughput comes from rank 0's report lines (``step S/T ... R samples/s``, one per 10 steps,
 each window bounded by a device synchronisation): windows that start at or after ``--warmup`` steps,
 total samples over total time. Peak memory of every run comes from NVML (memory used on the GPU, CUDA
-context and allocator cache included), sampled every 0.2 s.
+context and allocator cache included), sampled every 0.2 s. The table and ``OUT/summary.json`` give, for
+every GPU count, the scaling efficiency against 1 GPU of the same implementation and the trainer / bare
+DDP ratio at the same count, and check the targets of issue #7.
 """
 
 from __future__ import annotations
@@ -62,6 +72,11 @@ KILL_LINE = re.compile(
 RESUME_LINE = re.compile(
     r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) rank0 \S+ INFO: resuming from \S+ \(step (\d+)"
 )
+PROFILE_LINE = re.compile(r"rank0 \S+ INFO: network profile (\S+) -> (\S+) \(")
+PHASE = re.compile(r"(allreduce|bare|ray|launch|ckpt)(\d*)(w8)?")
+# NVLink multicast (NVLS) stays off in every process this suite starts: a program that uses it can take
+# the host's shared GPUs out of service (the device machines' notes). run_all.sh exports the same.
+NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 WORKLOADS = {
     # name: (model, compile, batch per GPU, unit)
@@ -74,12 +89,146 @@ WORKLOADS = {
 }
 TRAINER_WORKLOADS = ("resnet50", "resnet50-compile", "gpt-compile")
 SMOKE = False  # --smoke: tiny models on CPU (gloo), no compile: checks this script, not the GPUs
+TABLE_WORKLOADS = ("resnet50", "resnet50-compile", "resnet50-compile-w8", "gpt-compile", "gpt")
+IMPLS = ("bare", "ray", "launch")
+TARGET_SCALING_PCT = 95.0  # issue #7: ResNet-50 eager, 8 GPUs, per-GPU throughput against 1 GPU
+TARGET_RATIO_PCT = 97.0  # issue #7: the trainer through Ray Train against bare DDP, at every GPU count
+
+# Seconds each run is expected to take, from the 2x H200 calls of 2026-11-26 (docs/benchmarks-gpu.md),
+# with some margin: a phase is skipped when its estimate no longer fits before the deadline.
+# Bare: one torchrun per GPU count (process start, imports, NCCL set-up) plus per workload (model build,
+# compilation, 130 steps). Measured: bare1 77-82 s, bare2 92 s for the three workloads.
+BARE_FIXED_S = 10.0
+BARE_S = {"resnet50": 12.0, "resnet50-compile": 45.0, "gpt-compile": 30.0, "gpt": 15.0}
+# Ray: driver start, worker group start (14-22 s), compilation in every worker, 130 steps, final
+# checkpoint and tear-down. Several workers compiling at once took longer (ResNet-50 compiled: 66 s on one
+# GPU, ~106 s on two); ``RAY_MULTI_S`` is that extra for N > 1, plus ``RAY_PER_GPU_S`` x N.
+RAY_S = {"resnet50": 42.0, "resnet50-compile": 70.0, "resnet50-compile-w8": 70.0, "gpt-compile": 55.0}
+RAY_MULTI_S = {"resnet50": 5.0, "resnet50-compile": 35.0, "resnet50-compile-w8": 35.0, "gpt-compile": 20.0}
+RAY_PER_GPU_S = 2.0
+RECOVERY_S = 35.0  # kill -> restarted group -> 25 more steps: 30 s measured on 2 GPUs, plus N
+ALLREDUCE_S = 10.0  # + 2 s per GPU: 8.6 s measured on 2 GPUs (three sizes and the probe function)
+CKPT_S = 65.0  # + 3 s per GPU: 58 s measured on 2 GPUs
+RAY_START_S = 6.0  # `ray start --head`: 5.5 s measured
+LAUNCH_S = {"resnet50": 25.0, "resnet50-compile": 45.0, "resnet50-compile-w8": 45.0, "gpt-compile": 45.0}
+
+
+def estimate_s(impl: str, workload: str, gpus: int, *, recovery: bool = False) -> float:
+    if impl == "bare":
+        return BARE_FIXED_S + gpus + BARE_S.get(workload, 30.0)
+    if impl == "ray":
+        extra = RAY_MULTI_S.get(workload, 20.0) if gpus > 1 else 0.0
+        total = RAY_S.get(workload, 60.0) + extra + RAY_PER_GPU_S * gpus
+        return total + (RECOVERY_S + gpus if recovery else 0.0)
+    return LAUNCH_S.get(workload, 45.0) + gpus
+
+
+def phase_estimate_s(phase: Phase, gpus: int, workloads: list[str], recovery_gpus: int) -> float:
+    """The whole phase on ``gpus`` GPUs (what ``--dry-run`` prints; each run is checked on its own)."""
+    if phase.kind == "allreduce":
+        return ALLREDUCE_S + 2.0 * gpus
+    if phase.kind == "ckpt":
+        return CKPT_S + 3.0 * gpus
+    if phase.kind == "bare":
+        return BARE_FIXED_S + gpus + sum(BARE_S.get(w, 30.0) for w in workloads)
+    if phase.w8:
+        return estimate_s("ray", "resnet50-compile-w8", gpus)
+    return sum(
+        estimate_s(
+            phase.kind,
+            w,
+            gpus,
+            recovery=phase.kind == "ray" and w == "resnet50" and gpus == recovery_gpus,
+        )
+        for w in workloads
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    """One entry of ``--only``: ``kind`` in allreduce/bare/ray/launch/ckpt, ``gpus`` (None: ``allreduce``
+    over every N >= 2 of ``--gpus``), ``w8``: 8 DataLoader workers (``rayNw8``)."""
+
+    kind: str
+    gpus: int | None
+    w8: bool = False
+
+    def label(self, gpus: int) -> str:
+        """The phase's name on ``gpus`` GPUs: bare8, ray2w8, allreduce4, ..."""
+        return f"{self.kind}{gpus}{'w8' if self.w8 else ''}"
+
+
+def parse_phase(text: str) -> Phase:
+    match = PHASE.fullmatch(text.strip())
+    if not match:
+        raise ValueError(
+            f"unknown phase {text!r}: expected allreduce[N], bareN, rayN, rayNw8, launchN, ckpt[N]"
+        )
+    kind, digits, w8 = match.group(1), match.group(2), bool(match.group(3))
+    gpus = int(digits) if digits else None
+    if kind == "ckpt" and gpus is None:
+        gpus = 2  # the historical ``ckpt`` phase: 2 GPUs
+    if gpus is None and kind in ("bare", "ray", "launch"):
+        raise ValueError(f"phase {text!r} needs a GPU count, e.g. {kind}1 or {kind}8")
+    if gpus is not None and gpus < 1:
+        raise ValueError(f"phase {text!r}: the GPU count must be at least 1")
+    if w8 and kind != "ray":
+        raise ValueError(f"phase {text!r}: only rayNw8 exists")
+    return Phase(kind, gpus, w8)
+
+
+def parse_gpus(text: str) -> list[int]:
+    counts = sorted({int(part) for part in text.split(",") if part.strip()})
+    if not counts or counts[0] < 1:
+        raise ValueError(f"--gpus {text!r}: expected GPU counts >= 1, e.g. 1,2,4,8")
+    return counts
+
+
+def default_gpus(count: int) -> list[int]:
+    """1, 2, 4, ... below ``count``, and ``count`` itself: 8 GPUs -> 1,2,4,8; 6 -> 1,2,4,6."""
+    counts, n = [], 1
+    while n < count:
+        counts.append(n)
+        n *= 2
+    return [*counts, count] if count >= 1 else []
+
+
+def default_phases(gpus: list[int]) -> list[Phase]:
+    """allreduce, bareN..., rayN..., ckpt (2 GPUs), launchN (largest first): for --gpus 1,2 this is the
+    suite's historical order (allreduce, bare1, bare2, ray1, ray2, ckpt, launch2, launch1)."""
+    phases = [Phase("allreduce", None)]
+    phases += [Phase("bare", n) for n in gpus]
+    phases += [Phase("ray", n) for n in gpus]
+    if 2 in gpus:
+        phases.append(Phase("ckpt", 2))
+    phases += [Phase("launch", n) for n in reversed(gpus)]
+    return phases
+
+
+def plan_phases(
+    phases: list[Phase], gpus: list[int], available: int | None
+) -> tuple[list[tuple[Phase, int]], list[str]]:
+    """Expand ``allreduce`` to one run per N >= 2 of ``gpus`` and drop what needs more GPUs than
+    ``available`` (None: no limit, the CPU smoke test). Returns ((phase, N) in order, what was dropped)."""
+    runs: list[tuple[Phase, int]] = []
+    dropped: list[str] = []
+    for phase in phases:
+        counts = [n for n in gpus if n >= 2] if phase.gpus is None else [phase.gpus]
+        for n in counts:
+            if phase.kind == "allreduce" and n < 2:
+                dropped.append(f"allreduce{n} (needs 2 GPUs or more)")
+            elif available is not None and n > available:
+                dropped.append(f"{phase.label(n)} (needs {n} GPUs, {available} here)")
+            else:
+                runs.append((phase, n))
+    return runs, dropped
 
 
 def set_smoke() -> None:
     global SMOKE, WARMUP, STEPS, REPORT_EVERY
     SMOKE, WARMUP, STEPS, REPORT_EVERY = True, 2, 4, 2
-    WORKLOADS["resnet50"] = WORKLOADS["resnet50-compile"] = ("resnet18", False, 4, "img")
+    for name in ("resnet50", "resnet50-compile", "resnet50-compile-w8"):
+        WORKLOADS[name] = ("resnet18", False, 4, "img")
     WORKLOADS["gpt-compile"] = WORKLOADS["gpt"] = ("gpt-tiny", False, 2, "tok")
 
 
@@ -144,6 +293,7 @@ class Suite:
     skipped: list[str] = dataclasses.field(default_factory=list)
     ray_address: str | None = None
     port: int = 9400
+    recovery_gpus: int = 2  # rayN with N == this runs the recovery test in its ResNet-50 eager run
 
     @property
     def logs(self) -> pathlib.Path:
@@ -222,7 +372,7 @@ class Suite:
             dataset = {
                 "kind": "synthetic",
                 "imageSize": 32 if SMOKE else 224,
-                "numWorkers": 0 if SMOKE else 4,
+                "numWorkers": 0 if SMOKE else 8 if workload.endswith("-w8") else 4,
             }
             hp = {"optimizer": "sgd", "learningRate": 0.1, "momentum": 0.9}
         else:
@@ -260,21 +410,31 @@ class Suite:
         return path
 
     # ------------------------------------------------------------------------------ phases
-    def allreduce(self) -> None:
-        if not self.fits("allreduce", 30):
+    def allreduce(self, gpus: int) -> None:
+        """Standalone all-reduce on ``gpus`` GPUs (allreduce.py appends its own lines to results.jsonl)."""
+        name = f"allreduce{gpus}"
+        if not self.fits(name, ALLREDUCE_S + 2.0 * gpus):
             return
         _, text, _, _ = self.run(
-            "allreduce", [*torchrun(2), str(HERE / "allreduce.py"), "--out", str(self.results_file)]
+            name,
+            [
+                *torchrun(gpus),
+                str(HERE / "allreduce.py"),
+                "--out",
+                str(self.results_file),
+                "--profile",
+                "auto",
+            ],
         )
         for line in text.splitlines():
             if line.startswith("ALLREDUCE "):
                 self.results.append({"impl": "allreduce", **json.loads(line[len("ALLREDUCE ") :])})
 
-    def bare(self, gpus: int, workloads: list[str], estimate_s: float) -> None:
-        if not self.fits(f"bare{gpus}", estimate_s):
+    def bare(self, gpus: int, workloads: list[str]) -> None:
+        if not workloads:
             return
-        if SMOKE:
-            workloads = [w.removesuffix("-compile") for w in workloads]
+        if not self.fits(f"bare{gpus}", phase_estimate_s(Phase("bare", gpus), gpus, workloads, 0)):
+            return
         _, text, _, _ = self.run(
             f"bare{gpus}",
             torchrun(gpus)
@@ -287,20 +447,19 @@ class Suite:
                 "--steps",
                 str(STEPS),
             ]
-            + (["--cpu", "--tiny"] if SMOKE else []),
+            # Smoke: tiny models on CPU, not compiled, under the same workload names.
+            + (["--cpu", "--tiny", "--no-compile"] if SMOKE else []),
         )
         for line in text.splitlines():
             if line.startswith("BARE "):
                 result = json.loads(line[len("BARE ") :])
                 self.record(result)
 
-    def trainer(
-        self, impl: str, gpus: int, workload: str, estimate_s: float, *, recovery: bool = False
-    ) -> None:
+    def trainer(self, impl: str, gpus: int, workload: str, *, recovery: bool = False) -> None:
         """One trainer run. With ``recovery`` (Ray only) the run goes on past the timed steps: a checkpoint
         at step WARMUP+STEPS, one worker killed 5 steps later, the group restarts and trains 25 more."""
         name = f"{impl}{gpus}-{workload}"
-        if not self.fits(name, estimate_s):
+        if not self.fits(name, estimate_s(impl, workload, gpus, recovery=recovery)):
             return
         last = WARMUP + STEPS
         if recovery:
@@ -326,14 +485,14 @@ class Suite:
         if recovery:
             self.record(parse_recovery(text, kill, result, workload=workload, gpus=gpus, rc=rc))
 
-    def ckpt(self) -> None:
-        name = "ckpt-gpt-2"
-        if not self.fits(name, 70):
+    def ckpt(self, gpus: int = 2) -> None:
+        name = f"ckpt-gpt-{gpus}"
+        if not self.fits(name, CKPT_S + 3.0 * gpus):
             return
-        config = self.trainer_config(name, "gpt", 2, max_steps=100000)
+        config = self.trainer_config(name, "gpt", gpus, max_steps=100000)
         _, text, _, _ = self.run(
             name,
-            torchrun(2)
+            torchrun(gpus)
             + [
                 str(HERE / "ckpt_bench.py"),
                 "--config",
@@ -394,7 +553,7 @@ class Suite:
         )
         self._warmer = None
 
-    def start_ray(self) -> None:
+    def start_ray(self, num_gpus: int) -> None:
         rc, _, _, _ = self.run(
             "ray-start",
             [
@@ -404,8 +563,8 @@ class Suite:
                 "start",
                 "--head",
                 "--port=6390",
-                "--num-gpus=2",
-                "--num-cpus=32",
+                f"--num-gpus={num_gpus}",
+                f"--num-cpus={os.cpu_count() or 8}",
                 "--include-dashboard=false",
                 "--disable-usage-stats",
             ],
@@ -477,6 +636,9 @@ def parse_trainer_log(text: str, *, workload: str, gpus: int, warmup: int, last:
     probe = PROBE_LINE.search(text)
     if probe:
         result["probe_busbw_gbps"] = float(probe.group(1))
+    profile = PROFILE_LINE.search(text)
+    if profile:
+        result["network_profile"] = profile.group(2)
     stalls = [float(m.group(2)) for m in CKPT_LINE.finditer(text)]
     if stalls:
         result["final_checkpoint_stall_s"] = stalls[-1]
@@ -484,75 +646,246 @@ def parse_trainer_log(text: str, *, workload: str, gpus: int, warmup: int, last:
 
 
 # -------------------------------------------------------------------------------------------- table
-def build_table(results: list[dict[str, Any]], skipped: list[str], gpu_name: str) -> str:
-    def find(impl: str, workload: str, gpus: int) -> dict[str, Any] | None:
-        for r in results:
-            same = r.get("impl") == impl and r.get("workload") == workload and r.get("world_size") == gpus
-            if same and r.get("samples_per_second"):
-                return r
-        return None
+def rate_of(r: dict[str, Any]) -> float:
+    """Throughput in the workload's unit per second: images, or tokens (samples x sequence length)."""
+    unit = WORKLOADS.get(r["workload"], ("", False, 0, "img"))[3]
+    seq = r.get("sequence_length") or (64 if SMOKE else 1024)
+    return float(r["samples_per_second"]) * (seq if unit == "tok" else 1)
+
+
+def pct(value: float | None, digits: int = 1) -> str:
+    return "" if value is None else f"{value:.{digits}f} %"
+
+
+def fmt(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rows for every (workload, GPU count, implementation) with a throughput: per-GPU throughput,
+    scaling = per-GPU throughput on N GPUs / on 1 GPU of the same implementation (100 % at N = 1),
+    ratio = this implementation / bare DDP at the same N; MFU for GPT; the issue-#7 target checks.
+
+    Results may come from several calls (``--table a.jsonl b.jsonl``: each result's ``_src``): the
+    references are taken from the same call when it has them, else from another, and then flagged
+    ``cross_call`` (another machine, perhaps: the numbers are not comparable then)."""
+
+    def find(impl: str, workload: str, gpus: int, src: Any = None) -> tuple[dict[str, Any] | None, bool]:
+        candidates = [
+            r
+            for r in results
+            if r.get("impl") == impl
+            and r.get("workload") == workload
+            and r.get("world_size") == gpus
+            and r.get("samples_per_second")
+        ]
+        same = [r for r in candidates if r.get("_src") == src]
+        if same:
+            return same[0], False
+        return (candidates[0], True) if candidates else (None, False)
 
     flops = next((r["flops_per_token"] for r in results if r.get("flops_per_token")), None)
+    sizes = sorted({int(r["world_size"]) for r in results if r.get("samples_per_second")})
+    rows: list[dict[str, Any]] = []
+    for workload in TABLE_WORKLOADS:
+        unit = WORKLOADS[workload][3]
+        for gpus in sizes:
+            for impl in IMPLS:
+                r, _ = find(impl, workload, gpus)
+                if r is None:
+                    continue
+                src = r.get("_src")
+                rate = rate_of(r)
+                per_gpu = rate / gpus
+                row: dict[str, Any] = {
+                    "workload": workload,
+                    "world_size": gpus,
+                    "impl": impl,
+                    "unit": unit,
+                    "rate": rate,
+                    "per_gpu": per_gpu,
+                    "samples_per_second": r["samples_per_second"],
+                    "scaling_pct": None,
+                    "ratio_to_bare_pct": None,
+                    "mfu_pct": None,
+                    "rc": r.get("rc", 0),
+                    "timed_steps": r.get("timed_steps", r.get("steps")),
+                    "nvml_peak_gib": r.get("nvml_peak_gib"),
+                    "peak_allocated_gib": r.get("peak_allocated_gib"),
+                    "network_profile": r.get("network_profile"),
+                    "probe_busbw_gbps": r.get("probe_busbw_gbps"),
+                    "cross_call": [],
+                }
+                if src is not None:
+                    row["source"] = src
+                one, cross = find(impl, workload, 1, src)
+                if one is not None:
+                    row["scaling_pct"] = 100.0 * per_gpu / rate_of(one)
+                    if cross:
+                        row["cross_call"].append("scaling")
+                if impl != "bare":
+                    bare, cross = find("bare", workload.removesuffix("-w8"), gpus, src)
+                    if bare is not None:
+                        row["ratio_to_bare_pct"] = (
+                            100.0 * r["samples_per_second"] / bare["samples_per_second"]
+                        )
+                        if cross:
+                            row["cross_call"].append("ratio")
+                if unit == "tok" and flops:
+                    row["mfu_pct"] = 100.0 * per_gpu * flops / (PEAK_BF16_TFLOPS * 1e12)
+                rows.append(row)
+
+    targets: list[dict[str, Any]] = []
+    eager_multi = [r for r in rows if r["workload"] == "resnet50" and r["world_size"] > 1]
+    for impl in ("bare", "ray"):
+        candidates = [r for r in eager_multi if r["impl"] == impl and r["scaling_pct"] is not None]
+        if candidates:
+            top = max(candidates, key=lambda r: r["world_size"])
+            targets.append(
+                {
+                    "target": f"ResNet-50 eager scaling >= {TARGET_SCALING_PCT:.0f} % at 8 GPUs",
+                    "impl": impl,
+                    "world_size": top["world_size"],
+                    "value_pct": top["scaling_pct"],
+                    "met": top["scaling_pct"] >= TARGET_SCALING_PCT,
+                    "final": top["world_size"] >= 8,
+                }
+            )
+    for r in rows:
+        if r["impl"] == "ray" and r["ratio_to_bare_pct"] is not None and not r["workload"].endswith("-w8"):
+            targets.append(
+                {
+                    "target": f"trainer (Ray) >= {TARGET_RATIO_PCT:.0f} % of bare DDP",
+                    "impl": "ray",
+                    "workload": r["workload"],
+                    "world_size": r["world_size"],
+                    "value_pct": r["ratio_to_bare_pct"],
+                    "met": r["ratio_to_bare_pct"] >= TARGET_RATIO_PCT,
+                    "final": True,
+                }
+            )
+    allreduce = [
+        {key: r.get(key) for key in ("kind", "world_size", "mib", "busbw_gbps", "ms", "profile", "_src")}
+        for r in results
+        if r.get("impl") == "allreduce"
+    ]
+    machines = [r for r in results if r.get("impl") == "machine"]
+    return {
+        "flops_per_token": flops,
+        "rows": rows,
+        "targets": targets,
+        "allreduce": sorted(allreduce, key=lambda r: (r["world_size"] or 0, r["kind"] or "", r["mib"] or 0)),
+        "machines": machines,
+    }
+
+
+def card_name(results: list[dict[str, Any]], fallback: str = "(unknown card)") -> str:
+    machines = sorted({r["gpu_name"] for r in results if r.get("impl") == "machine" and r.get("gpu_name")})
+    if machines:
+        return "; ".join(machines)
+    return next((r["gpu"] for r in results if r.get("gpu")), fallback)
+
+
+def build_table(results: list[dict[str, Any]], skipped: list[str], gpu_name: str) -> str:
+    summary = summarize(results)
+    flops = summary["flops_per_token"]
+    rows = summary["rows"]
     lines = [
         f"Card: {gpu_name}. Throughput after {WARMUP} warm-up steps over {STEPS} steps; "
         "per GPU = total / GPUs;",
-        "scaling = per-GPU throughput on 2 GPUs / on 1 GPU of the same implementation; "
+        "scaling = per-GPU throughput on N GPUs / on 1 GPU of the same implementation; "
         "ratio = trainer / bare DDP",
-        "at the same GPU count; MFU = tokens/s x FLOPs per token / (989 TFLOP/s x GPUs), FLOPs per token = "
-        f"6N + 12 L H Q T = {flops / 1e6:.1f} M"
-        if flops
-        else "",
-        "",
-        "| workload | GPUs | impl | total | per GPU | scaling | ratio to bare | MFU "
-        "| peak mem GiB (NVML / allocated) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "at the same GPU count; * = the reference comes from another call (maybe another machine).",
     ]
-    for workload in ("resnet50", "resnet50-compile", "resnet50-compile-w8", "gpt-compile", "gpt"):
-        unit = WORKLOADS[workload][3]
-        for gpus in (1, 2):
-            for impl in ("bare", "ray", "launch"):
-                r = find(impl, workload, gpus)
-                if r is None:
-                    continue
-                seq = 64 if SMOKE else 1024
-                rate = r["samples_per_second"] * (seq if unit == "tok" else 1)
-                per_gpu = rate / gpus
-                one = find(impl, workload, 1)
-                scaling = ""
-                if gpus == 2 and one:
-                    one_rate = one["samples_per_second"] * (seq if unit == "tok" else 1)
-                    scaling = f"{100 * per_gpu / one_rate:.1f} %"
-                bare = find("bare", workload.removesuffix("-w8"), gpus)
-                ratio = (
-                    f"{100 * r['samples_per_second'] / bare['samples_per_second']:.1f} %"
-                    if bare and impl != "bare"
-                    else ""
-                )
-                mfu = ""
-                if unit == "tok" and flops:
-                    mfu = f"{100 * per_gpu * flops / (PEAK_BF16_TFLOPS * 1e12):.1f} %"
-                mem = r.get("nvml_peak_gib")
-                alloc = r.get("peak_allocated_gib")
-                mem_text = " / ".join(f"{v:.1f}" if v else "-" for v in (mem, alloc))
-                label = (
-                    impl
-                    if r.get("rc", 0) == 0
-                    else f"{impl} (killed at the deadline: {r.get('timed_steps')} steps)"
-                )
-                lines.append(
-                    f"| {workload} | {gpus} | {label} | {rate:,.0f} {unit}/s | {per_gpu:,.0f} | {scaling} "
-                    f"| {ratio} | {mfu} | {mem_text} |"
-                )
-    ar = [r for r in results if r.get("impl") == "allreduce"]
-    if ar:
-        lines += ["", "| all-reduce | MiB | bus bandwidth GB/s | ms per op |", "| --- | --- | --- | --- |"]
-        for r in ar:
-            lines.append(f"| {r['kind']} | {r['mib']} | {r['busbw_gbps']:.1f} | {r['ms']:.3f} |")
-        probes = [
-            (r["impl"], r["workload"], r["probe_busbw_gbps"]) for r in results if r.get("probe_busbw_gbps")
+    if flops:
+        lines.append(
+            "MFU = tokens/s x FLOPs per token / (989 TFLOP/s x GPUs), FLOPs per token = "
+            f"6N + 12 L H Q T = {flops / 1e6:.1f} M"
+        )
+    if rows:
+        lines += [
+            "",
+            "| workload | GPUs | impl | total | per GPU | scaling | ratio to bare | MFU "
+            "| peak mem GiB (NVML / allocated) |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
-        for impl, workload, bw in probes:
-            lines.append(f"| trainer start-up probe ({impl}, {workload}) | 256 | {bw:.1f} | |")
+    for row in rows:
+        scaling = "" if row["world_size"] == 1 else pct(row["scaling_pct"])
+        if scaling and "scaling" in row["cross_call"]:
+            scaling += " *"
+        ratio = pct(row["ratio_to_bare_pct"])
+        if ratio and "ratio" in row["cross_call"]:
+            ratio += " *"
+        mem_text = " / ".join(
+            f"{v:.1f}" if v else "-" for v in (row["nvml_peak_gib"], row["peak_allocated_gib"])
+        )
+        label = (
+            row["impl"]
+            if row["rc"] == 0
+            else f"{row['impl']} (rc={row['rc']}, killed at the deadline?: {row['timed_steps']} steps)"
+        )
+        lines.append(
+            f"| {row['workload']} | {row['world_size']} | {label} | {row['rate']:,.0f} {row['unit']}/s "
+            f"| {row['per_gpu']:,.0f} | {scaling} | {ratio} | {pct(row['mfu_pct'])} | {mem_text} |"
+        )
+
+    # The scaling table of issue #7: one line per workload and GPU count, bare DDP next to the trainer.
+    sizes = sorted({row["world_size"] for row in rows})
+    trainer_impls = [impl for impl in ("ray", "launch") if any(row["impl"] == impl for row in rows)]
+    if len(sizes) > 1 or trainer_impls:
+        head = "| workload | GPUs | bare DDP | scaling |"
+        rule = "| --- | --- | --- | --- |"
+        for impl in trainer_impls:
+            head += f" trainer ({'Ray Train' if impl == 'ray' else 'torchrun'}) | scaling | / bare |"
+            rule += " --- | --- | --- |"
+        lines += ["", "Scaling (per-GPU throughput against 1 GPU) and trainer / bare DDP:", "", head, rule]
+        by_key = {(row["workload"], row["world_size"], row["impl"]): row for row in rows}
+        for workload in TABLE_WORKLOADS:
+            for gpus in sizes:
+                cells = []
+                for impl in ("bare", *trainer_impls):
+                    row = by_key.get((workload, gpus, impl))
+                    if row is None:
+                        cells += ["", ""] + ([""] if impl != "bare" else [])
+                        continue
+                    scaling = "" if gpus == 1 else pct(row["scaling_pct"])
+                    if scaling and "scaling" in row["cross_call"]:
+                        scaling += " *"
+                    partial = "" if row["rc"] == 0 else f" (rc={row['rc']}, {row['timed_steps']} steps)"
+                    cells += [f"{row['per_gpu']:,.0f} {row['unit']}/s/GPU{partial}", scaling]
+                    if impl != "bare":
+                        ratio = pct(row["ratio_to_bare_pct"])
+                        cells.append(ratio + (" *" if ratio and "ratio" in row["cross_call"] else ""))
+                if any(cells):
+                    lines.append(f"| {workload} | {gpus} | " + " | ".join(cells) + " |")
+    if summary["targets"]:
+        lines += ["", "Targets (issue #7):"]
+        for t in summary["targets"]:
+            gpus = f"{t['world_size']} GPU{'s' if t['world_size'] > 1 else ''}"
+            where = f"{t.get('workload', 'resnet50')}, {gpus}, {t['impl']}"
+            verdict = "met" if t["met"] else "MISSED"
+            if not t["final"]:
+                verdict += f" (at {t['world_size']} GPUs; the target is for 8)"
+            lines.append(f"- {t['target']}: {where}: {t['value_pct']:.1f} % -> {verdict}")
+
+    ar = summary["allreduce"]
+    if ar:
+        lines += [
+            "",
+            "| all-reduce | GPUs | MiB | bus bandwidth GB/s | ms per op | network profile |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
+        for r in ar:
+            lines.append(
+                f"| {r['kind']} | {r['world_size']} | {r['mib']} | {fmt(r['busbw_gbps'], 1)} "
+                f"| {fmt(r['ms'], 3)} | {r.get('profile') or ''} |"
+            )
+        for row in rows:
+            if row["probe_busbw_gbps"]:
+                lines.append(
+                    f"| trainer start-up probe ({row['impl']}, {row['workload']}) | {row['world_size']} "
+                    f"| 256 | {row['probe_busbw_gbps']:.1f} | | {row['network_profile'] or ''} |"
+                )
     ck = [r for r in results if r.get("impl") == "checkpoint"]
     if ck:
         lines += [
@@ -580,28 +913,105 @@ def build_table(results: list[dict[str, Any]], skipped: list[str], gpu_name: str
             f"{num.get('kill_to_first_report_s', '-')} s).",
         ]
     if skipped:
-        lines += ["", "Not run (deadline): " + ", ".join(skipped)]
+        lines += ["", "Not run: " + ", ".join(skipped)]
     return "\n".join(lines)
 
 
+def load_results(paths: list[str]) -> list[dict[str, Any]]:
+    """results.jsonl files; with several, each result is tagged with its file (``_src``)."""
+    results = []
+    for path in paths:
+        for line in pathlib.Path(path).read_text().splitlines():
+            if line.strip():
+                result = json.loads(line)
+                if len(paths) > 1:
+                    result["_src"] = path
+                results.append(result)
+    return results
+
+
 # --------------------------------------------------------------------------------------------- main
-def main() -> int:
+def visible_gpus() -> int:
+    try:
+        import torch
+
+        return int(torch.cuda.device_count())
+    except Exception:  # no torch here: the smoke test needs none in this process
+        return 0
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(REPO / "out" / "gpu"))
     parser.add_argument("--deadline-s", type=float, default=540.0, help="seconds from --t0 (default: now)")
     parser.add_argument("--t0", type=float, default=None, help="epoch seconds the budget counts from")
-    parser.add_argument("--only", default=None, help="comma-separated phases")
-    parser.add_argument("--table", default=None, help="render the table of a results.jsonl and exit")
+    parser.add_argument("--only", default=None, help="comma-separated phases, in the order to run them")
+    parser.add_argument(
+        "--gpus",
+        default=None,
+        help="GPU counts of the default phases and of allreduce (default: 1,2,4.. up to all)",
+    )
+    parser.add_argument(
+        "--workloads",
+        default=",".join(TRAINER_WORKLOADS),
+        help=f"workloads of the bare and trainer phases, from {','.join(TRAINER_WORKLOADS)}",
+    )
+    parser.add_argument(
+        "--recovery-gpus", type=int, default=2, help="rayN with this N runs the recovery test (0: none)"
+    )
+    parser.add_argument("--table", nargs="+", default=None, help="render the table of results.jsonl file(s)")
+    parser.add_argument("--json", action="store_true", help="with --table: print the summary as JSON")
+    parser.add_argument("--dry-run", action="store_true", help="print the phases that would run, and exit")
+    parser.add_argument(
+        "--assume-gpus", type=int, default=None, help="with --dry-run: plan for a machine with this many GPUs"
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny CPU models: a test of this script")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.smoke:
         set_smoke()
     if args.table:
-        results = [json.loads(line) for line in pathlib.Path(args.table).read_text().splitlines() if line]
-        gpu = next((r["gpu"] for r in results if r.get("gpu")), "(unknown card)")
-        print(build_table(results, [], gpu))
+        results = load_results(args.table)
+        if args.json:
+            print(json.dumps(summarize(results), indent=1))
+        else:
+            print(build_table(results, [], card_name(results)))
         return 0
 
+    workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    unknown = [w for w in workloads if w not in TRAINER_WORKLOADS]
+    if unknown:
+        parser.error(f"--workloads: unknown {unknown}; choose from {', '.join(TRAINER_WORKLOADS)}")
+    if args.assume_gpus is not None and not args.dry_run:
+        parser.error("--assume-gpus only plans (--dry-run)")
+    available = args.assume_gpus if args.assume_gpus is not None else None if args.smoke else visible_gpus()
+    if available == 0:
+        parser.error("no GPU visible here (torch.cuda.device_count() == 0); --smoke runs on CPU")
+    try:
+        if args.gpus:
+            gpus = parse_gpus(args.gpus)
+        else:
+            gpus = [1, 2] if available is None else default_gpus(available)
+        if args.only:
+            phases = [parse_phase(p) for p in args.only.split(",") if p.strip()]
+        else:
+            phases = default_phases(gpus)
+    except ValueError as exc:
+        parser.error(str(exc))
+    runs, dropped = plan_phases(phases, gpus, available)
+    if args.dry_run:
+        print(json.dumps({"gpus": gpus, "available": available, "workloads": workloads, "dropped": dropped}))
+        total = RAY_START_S if any(p.kind == "ray" for p, _ in runs) else 0.0
+        for phase, n in runs:
+            seconds = phase_estimate_s(phase, n, workloads, args.recovery_gpus)
+            total += seconds
+            print(f"{phase.label(n)}\t~{seconds:.0f} s")
+        print(f"total\t~{total:.0f} s of the suite's deadline (--deadline-s {args.deadline_s:.0f})")
+        return 0
+
+    for key, value in NO_MULTICAST.items():
+        if os.environ.get(key) != value:
+            print(f"suite: setting {key}={value} (was {os.environ.get(key)!r})", flush=True)
+            os.environ[key] = value
     # Ray 2.60's `ray start` turns token authentication on unless told otherwise; drivers here carry no token.
     os.environ["RAY_AUTH_MODE"] = "disabled"
     out = pathlib.Path(args.out)
@@ -609,59 +1019,70 @@ def main() -> int:
     elapsed = time.time() - (args.t0 or time.time())
     sampler = GpuSampler()
     sampler.start()
-    suite = Suite(out=out, deadline=time.monotonic() + args.deadline_s - elapsed, sampler=sampler)
-    phases = (
-        args.only.split(",")
-        if args.only
-        else [
-            "allreduce",
-            "bare1",
-            "bare2",
-            "ray1",
-            "ray2",
-            "ckpt",
-            "launch2",
-            "launch1",
-        ]
+    suite = Suite(
+        out=out,
+        deadline=time.monotonic() + args.deadline_s - elapsed,
+        sampler=sampler,
+        recovery_gpus=args.recovery_gpus,
     )
+    suite.skipped.extend(dropped)
+    for what in dropped:
+        print(f"suite: not running {what}", flush=True)
     gpu_name = f"{len(sampler.names)}x {sampler.names[0]}" if sampler.names else "unknown"
-    print(f"suite: {gpu_name}; phases {phases}; {suite.left():.0f}s", flush=True)
+    suite.record(
+        {
+            "impl": "machine",
+            "gpu_name": gpu_name,
+            "gpu_count": available,
+            "cpu_count": os.cpu_count(),
+            "gpus": gpus,
+            "workloads": workloads,
+            "phases": [p.label(n) for p, n in runs],
+            "recovery_gpus": args.recovery_gpus,
+        }
+    )
+    print(f"suite: {gpu_name}; GPU counts {gpus}; workloads {workloads}; {suite.left():.0f}s", flush=True)
+    # The GPT warm-up process (GPU 1) only helps when bare1 compiles ResNet-50 on GPU 0 at the same time.
+    warm = (
+        not SMOKE
+        and (available or 0) >= 2
+        and {"resnet50-compile", "gpt-compile"} <= set(workloads)
+        and any(p.kind == "bare" and n == 1 for p, n in runs)
+    )
     try:
-        if "bare1" in phases and not SMOKE:
-            suite.start_warmer()
-        if any(p.startswith("ray") for p in phases):
-            suite.start_ray()
-        for phase in phases:
-            if phase == "allreduce" and not SMOKE:
-                suite.allreduce()
-            elif phase == "bare1":
-                # ResNet-50 compiled first: it compiles cold while the warmer compiles GPT on GPU 1.
-                suite.bare(1, ["resnet50-compile", "resnet50", "gpt-compile"], 150)
+        if any(p.kind == "ray" for p, _ in runs):
+            suite.start_ray(0 if available is None else available)
+        for phase, n in runs:
+            if phase.kind == "bare" and n == 1:
+                if warm:
+                    suite.start_warmer()
+                # Compiled ResNet-50 first: it compiles cold while the warmer compiles GPT on GPU 1.
+                order = sorted(workloads, key=lambda w: w != "resnet50-compile")
+                suite.bare(1, order)
                 suite.wait_warmer()
-            elif phase == "bare2":
-                suite.wait_warmer()
-                suite.bare(2, ["resnet50", "resnet50-compile", "gpt-compile"], 75)
-            elif phase == "ray1w8":
-                suite.trainer("ray", 1, "resnet50-compile-w8", 95)
-            elif phase in ("ray1", "ray2", "launch1", "launch2"):
-                suite.wait_warmer()
-                impl, gpus = phase[:-1], int(phase[-1])
-                for workload in TRAINER_WORKLOADS:
-                    recovery = phase == "ray2" and workload == "resnet50"
-                    # Measured on 2x H200 (2026-11-26): a Ray fit spends 20-40 s starting, and its workers
-                    # compiled cold (33-52 s) although the Inductor cache was warm; torchrun runs load it.
-                    if impl == "ray":
-                        estimate = (95 if "compile" in workload else 45) + (35 if recovery else 0)
-                    else:
-                        estimate = 45 if "compile" in workload else 25
-                    suite.trainer(impl, gpus, workload, estimate, recovery=recovery)
-            elif phase == "ckpt":
-                suite.ckpt()
+                continue
+            suite.wait_warmer()
+            if phase.kind == "allreduce":
+                if not SMOKE:  # NCCL only
+                    suite.allreduce(n)
+            elif phase.kind == "bare":
+                suite.bare(n, workloads)
+            elif phase.kind == "ray" and phase.w8:
+                suite.trainer("ray", n, "resnet50-compile-w8")
+            elif phase.kind in ("ray", "launch"):
+                for workload in workloads:
+                    recovery = phase.kind == "ray" and workload == "resnet50" and n == suite.recovery_gpus
+                    suite.trainer(phase.kind, n, workload, recovery=recovery)
+            elif phase.kind == "ckpt":
+                suite.ckpt(n)
     finally:
         suite.stop_ray()
         sampler.stop()
         table = build_table(suite.results, suite.skipped, gpu_name)
         (out / "table.md").write_text(table + "\n")
+        summary = summarize(suite.results)
+        summary["skipped"] = suite.skipped
+        (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
         with (out / "nvml.csv").open("w") as f:
             for t, gpu, used, util in sampler.samples:
                 f.write(f"{t:.2f},{gpu},{used:.2f},{util:.0f}\n")

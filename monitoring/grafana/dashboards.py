@@ -399,20 +399,25 @@ def training_dashboard() -> dict[str, Any]:
             "All-reduce bus bandwidth",
             [
                 _target(
-                    f"max by (namespace, name, profile) (trainop_job_allreduce_bus_bandwidth_gbps{{{JOB}}})",
+                    "max by (namespace, name, profile) "
+                    f"(trainop_job_allreduce_bus_bandwidth_bytes_per_second{{{JOB}}})",
                     "{{namespace}}/{{name}} ({{profile}})",
                 ),
                 _target(
-                    f"min by (namespace, job) (trainop_trainer_allreduce_bus_bandwidth_gbps{{{WORKER}}})",
+                    "min by (namespace, job) "
+                    f"(trainop_trainer_allreduce_bus_bandwidth_bytes_per_second{{{WORKER}}})",
                     "{{namespace}}/{{job}} slowest rank",
                 ),
-                _target("trainop_profile:allreduce_bus_bandwidth_expected_min_gbps", "floor: {{profile}}"),
+                _target(
+                    "trainop_profile:allreduce_bus_bandwidth_expected_min_bytes_per_second",
+                    "floor: {{profile}}",
+                ),
             ],
-            unit="GBs",
+            unit="Bps",  # bytes/s, SI prefixes: 3.2e9 shows as 3.2 GB/s
             min_zero=True,
             width=8,
-            description="Start-up probe result (GB/s, nccl-tests busbw) and each profile's floor "
-            "(TrainopAllReduceBandwidthLow).",
+            description="Start-up probe result (nccl-tests busbw; bytes/s, shown as GB/s) and each profile's "
+            "floor (TrainopAllReduceBandwidthLow).",
         ),
     ]
     return dashboard(

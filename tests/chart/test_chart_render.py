@@ -17,7 +17,7 @@ import yaml
 
 from trainop import cli
 from trainop.api import manifest, trainingjob
-from trainop.controller import options
+from trainop.controller import options, rayjob
 
 from .conftest import CHART_DIR, FULL_VALUES, REPO_ROOT, Helm, objects_of, one
 
@@ -290,9 +290,11 @@ def test_pod_monitor_scrapes_trainer_pods_where_the_operator_runs_jobs(
     monitor = one(helm.template(set_values=["metrics.podMonitor.enabled=true", *set_values]), "PodMonitor")
     assert monitor["spec"]["selector"] == {"matchLabels": {"app.kubernetes.io/managed-by": "trainop"}}
     assert monitor["spec"]["namespaceSelector"] == namespace_selector
-    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
-    assert endpoint["port"] == "metrics"
-    assert endpoint["honorLabels"] is True
+    endpoints = monitor["spec"]["podMetricsEndpoints"]
+    # One endpoint per local rank's port, as many as a worker pod can have GPUs.
+    max_gpus = trainingjob.Workers.model_json_schema(by_alias=True)["properties"]["gpusPerWorker"]["maximum"]
+    assert [e["port"] for e in endpoints] == [rayjob.metrics_port_name(rank) for rank in range(max_gpus)]
+    assert all(e["honorLabels"] is True and e["path"] == "/metrics" for e in endpoints)
 
 
 # ---------------------------------------------------------------------------------- network policy
@@ -314,7 +316,10 @@ def test_network_policy_opens_ray_and_nccl_ports_between_job_pods_only(helm: Hel
     assert single == {6379, 8265, 10001, 52365, 8080, 9090}  # GCS, dashboard, client, agent, metrics
     assert ranges == {(10002, 19999), (32768, 60999)}  # Ray workers; raylet/object manager/NCCL sockets
     assert dashboard["ports"] == [{"protocol": "TCP", "port": 8265}]
-    assert {"protocol": "TCP", "port": "metrics"} in metrics["ports"]
+    assert [p["port"] for p in metrics["ports"]] == [
+        *(rayjob.metrics_port_name(rank) for rank in range(16)),
+        8080,
+    ]
 
 
 def test_network_policies_default_to_the_release_namespace_when_nothing_is_watched(helm: Helm) -> None:

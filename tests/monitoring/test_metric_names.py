@@ -37,7 +37,7 @@ CONTRACT: dict[str, tuple[str, tuple[str, ...]]] = {
     "trainop_job_checkpoint_timestamp_seconds": ("gauge", JOB),
     "trainop_job_progress_timestamp_seconds": ("gauge", JOB),
     # `profile` (status.network.profile): TrainopAllReduceBandwidthLow compares against that profile's floor.
-    "trainop_job_allreduce_bus_bandwidth_gbps": ("gauge", (*JOB, "profile")),
+    "trainop_job_allreduce_bus_bandwidth_bytes_per_second": ("gauge", (*JOB, "profile")),
     "trainop_job_samples_per_second": ("gauge", JOB),
     "trainop_job_loss": ("gauge", JOB),
     "trainop_trainer_step": ("gauge", WORKER),
@@ -46,7 +46,7 @@ CONTRACT: dict[str, tuple[str, tuple[str, ...]]] = {
     "trainop_trainer_loss": ("gauge", WORKER),
     "trainop_trainer_checkpoint_save_seconds": ("histogram", WORKER),
     "trainop_trainer_checkpoint_last_step": ("gauge", WORKER),
-    "trainop_trainer_allreduce_bus_bandwidth_gbps": ("gauge", WORKER),
+    "trainop_trainer_allreduce_bus_bandwidth_bytes_per_second": ("gauge", WORKER),
     "trainop_trainer_worker_restarts": ("gauge", WORKER),
     "trainop_trainer_gpu_utilization_percent": ("gauge", GPU),
     "trainop_trainer_gpu_memory_used_bytes": ("gauge", GPU),

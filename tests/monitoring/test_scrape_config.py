@@ -10,6 +10,7 @@ verdict. A promtool with Kubernetes SD (PROMTOOL=/path) checks the file as it is
 from __future__ import annotations
 
 import copy
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -19,6 +20,8 @@ import pytest
 import yaml
 
 from tests.controlplane import assets
+from trainop.api import trainingjob
+from trainop.controller import rayjob
 
 from .conftest import MONITORING, REPO_ROOT, RULES_FILE, run_promtool
 
@@ -54,12 +57,24 @@ def test_both_jobs_honor_labels_and_the_operator_job_is_the_one_the_alert_watche
     assert set(jobs) == {"trainop-operator", "trainop-trainers"}
     assert all(job["honor_labels"] is True for job in jobs.values())
     assert 'up{job="trainop-operator"}' in RULES_FILE.read_text()
-    for job in jobs.values():
+    for name, regex in [("trainop-operator", "metrics"), ("trainop-trainers", "metrics(-[0-9]+)?")]:
         assert {
             "source_labels": ["__meta_kubernetes_pod_container_port_name"],
-            "regex": "metrics",
+            "regex": regex,
             "action": "keep",
-        } in (job["relabel_configs"])
+        } in (jobs[name]["relabel_configs"])
+
+
+def test_the_trainers_job_keeps_the_metrics_port_of_every_local_rank_and_nothing_else() -> None:
+    (keep,) = [
+        r
+        for r in _jobs()["trainop-trainers"]["relabel_configs"]
+        if r.get("source_labels") == ["__meta_kubernetes_pod_container_port_name"]
+    ]
+    max_gpus = trainingjob.Workers.model_json_schema(by_alias=True)["properties"]["gpusPerWorker"]["maximum"]
+    for rank in range(max_gpus):  # Prometheus anchors relabel regexes at both ends
+        assert re.fullmatch(keep["regex"], rayjob.metrics_port_name(rank)), rank
+    assert not re.fullmatch(keep["regex"], "ray-metrics")
 
 
 def test_pod_selectors_match_the_chart_operator_pod_and_the_trainer_pod_label() -> None:

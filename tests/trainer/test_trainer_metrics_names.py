@@ -11,7 +11,7 @@ EXPECTED = {
     "trainop_trainer_loss": ("gauge", ("job", "rank")),
     "trainop_trainer_checkpoint_save_seconds": ("histogram", ("job", "rank")),
     "trainop_trainer_checkpoint_last_step": ("gauge", ("job", "rank")),
-    "trainop_trainer_allreduce_bus_bandwidth_gbps": ("gauge", ("job", "rank")),
+    "trainop_trainer_allreduce_bus_bandwidth_bytes_per_second": ("gauge", ("job", "rank")),
     "trainop_trainer_worker_restarts": ("gauge", ("job", "rank")),
     "trainop_trainer_gpu_utilization_percent": ("gauge", ("job", "rank", "gpu")),
     "trainop_trainer_gpu_memory_used_bytes": ("gauge", ("job", "rank", "gpu")),

@@ -223,10 +223,14 @@ def test_every_worker_serves_the_trainer_metrics_on_its_own_port_during_a_run(
 
     assert result.outcome == "completed", result
     assert set(scrapes) == {0, 1}
+    # The status carries GB/s rounded to 3 decimals; the metric carries the same probe result in bytes/s.
+    gb_per_second = trainer_support.status(config)["network"]["allReduceBusBandwidthGBPerSecond"]
+    assert gb_per_second > 0
     for rank, text in scrapes.items():
         for name in metrics.METRIC_NAMES:
             assert f"# TYPE {name} " in text, (rank, name)
-        assert (_sample(text, "trainop_trainer_allreduce_bus_bandwidth_gbps", rank, "metrics") or 0) > 0
+        bandwidth = _sample(text, "trainop_trainer_allreduce_bus_bandwidth_bytes_per_second", rank, "metrics")
+        assert bandwidth == pytest.approx(gb_per_second * 1e9, abs=0.0005e9), rank
         assert _sample(text, "trainop_trainer_worker_restarts", rank, "metrics") == 0
         assert f'trainop_trainer_step_seconds_count{{job="metrics",rank="{rank}"}}' in text
 

@@ -112,7 +112,7 @@ def test_rank0_patches_progress_checkpoint_and_network_and_leaves_operator_field
     )
 
     reporter.network(
-        profile="tcp", backend="gloo", bus_bandwidth_gbps=1.23456, probe_bytes=1 << 20, world_size=2
+        profile="tcp", backend="gloo", bus_bandwidth_gb_per_second=1.23456, probe_bytes=1 << 20, world_size=2
     )
     reporter.checkpoint(saved)
     reporter.progress(
@@ -156,7 +156,7 @@ def test_rank0_patches_progress_checkpoint_and_network_and_leaves_operator_field
         2,
         1 << 20,
     )
-    assert network["allReduceBusBandwidthGbps"] == pytest.approx(1.235)
+    assert network["allReduceBusBandwidthGBPerSecond"] == pytest.approx(1.235)  # GB/s, rounded, not scaled
 
 
 @pytest.mark.controlplane

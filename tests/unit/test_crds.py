@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from trainop.api import crd, reference
+from trainop.api import crd, reference, trainingjob
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -91,6 +91,34 @@ def test_printer_columns_are_the_ones_users_see(kind: str, columns: list[str]) -
     shown = [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")]
     assert shown == columns
     assert version["subresources"] == {"status": {}}
+
+
+@pytest.mark.parametrize("filename", sorted(crd.all_crds()))
+def test_every_printer_column_points_at_a_field_of_the_schema(filename: str) -> None:
+    """A renamed field must take its column along: kubectl shows an empty column, never an error."""
+    version = crd.all_crds()[filename]["spec"]["versions"][0]
+    for column in version["additionalPrinterColumns"]:
+        if column["jsonPath"].startswith(".metadata."):
+            continue
+        node = version["schema"]["openAPIV3Schema"]
+        for part in column["jsonPath"].lstrip(".").split("."):
+            assert part in node.get("properties", {}), (column["name"], column["jsonPath"])
+            node = node["properties"][part]
+
+
+def test_bus_bandwidth_status_field_spells_its_unit_gigabytes_per_second() -> None:
+    network = trainingjob.NetworkStatus(profile="tcp", all_reduce_bus_bandwidth_gb_per_second=1.5)
+    assert network.to_wire() == {"profile": "tcp", "allReduceBusBandwidthGBPerSecond": 1.5}
+    wire = {"profile": "tcp", "allReduceBusBandwidthGBPerSecond": 1.5}
+    parsed = trainingjob.NetworkStatus.model_validate(wire, by_alias=True, by_name=False)
+    assert parsed.all_reduce_bus_bandwidth_gb_per_second == 1.5
+    column = next(
+        c
+        for c in crd.trainingjob_crd()["spec"]["versions"][0]["additionalPrinterColumns"]
+        if "allReduceBusBandwidth" in c["jsonPath"]
+    )
+    assert column["jsonPath"] == ".status.network.allReduceBusBandwidthGBPerSecond"
+    assert "GB/s" in column["name"]
 
 
 def test_cross_field_rules_are_cel_validations_in_the_schema() -> None:

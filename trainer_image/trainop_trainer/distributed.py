@@ -135,7 +135,7 @@ def apply_network(network: trainingjob.Network, *, multi_node: bool) -> nccl.Ncc
 
 @dataclasses.dataclass(frozen=True)
 class ProbeResult:
-    bus_bandwidth_gbps: float | None  # GB/s; None when there is nothing to measure (one worker)
+    bus_bandwidth_gb_per_second: float | None  # GB/s (1e9 bytes/s); None with one worker (nothing to measure)
     probe_bytes: int
     world_size: int
     seconds_per_op: float

@@ -9,7 +9,7 @@ TrainingJob name) and ``rank``; GPU series also carry ``gpu``::
     trainop_trainer_loss                          gauge      mean loss over ranks, last report window
     trainop_trainer_checkpoint_save_seconds       histogram  snapshot + background write of a checkpoint
     trainop_trainer_checkpoint_last_step          gauge      step of the newest checkpoint on disk
-    trainop_trainer_allreduce_bus_bandwidth_gbps  gauge      start-up probe, GB/s
+    trainop_trainer_allreduce_bus_bandwidth_bytes_per_second  gauge  start-up probe, bytes/s
     trainop_trainer_worker_restarts               gauge      worker-group restarts in this attempt
     trainop_trainer_gpu_utilization_percent       gauge      NVML, sampled every few seconds
     trainop_trainer_gpu_memory_used_bytes         gauge
@@ -66,8 +66,8 @@ CHECKPOINT_LAST_STEP = Gauge(
     registry=REGISTRY,
 )
 ALLREDUCE_BUS_BANDWIDTH = Gauge(
-    "trainop_trainer_allreduce_bus_bandwidth_gbps",
-    "All-reduce bus bandwidth measured at start-up, GB/s.",
+    "trainop_trainer_allreduce_bus_bandwidth_bytes_per_second",
+    "All-reduce bus bandwidth measured at start-up, in bytes per second (nccl-tests' busbw).",
     _LABELS,
     registry=REGISTRY,
 )
@@ -92,7 +92,7 @@ METRIC_NAMES = (
     "trainop_trainer_loss",
     "trainop_trainer_checkpoint_save_seconds",
     "trainop_trainer_checkpoint_last_step",
-    "trainop_trainer_allreduce_bus_bandwidth_gbps",
+    "trainop_trainer_allreduce_bus_bandwidth_bytes_per_second",
     "trainop_trainer_worker_restarts",
     "trainop_trainer_gpu_utilization_percent",
     "trainop_trainer_gpu_memory_used_bytes",

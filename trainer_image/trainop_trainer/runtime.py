@@ -214,9 +214,9 @@ class Runtime:
         probe_bytes: int | None = None
         if network.probe:
             result = distributed.probe_allreduce(self.ctx, megabytes=network.probe_megabytes)
-            bus, probe_bytes = result.bus_bandwidth_gbps, result.probe_bytes
+            bus, probe_bytes = result.bus_bandwidth_gb_per_second, result.probe_bytes
             if bus is not None:
-                self.metrics.allreduce_bus_bandwidth.set(bus)
+                self.metrics.allreduce_bus_bandwidth.set(bus * 1e9)  # the metric is in bytes/s
                 if self.ctx.is_rank0:
                     log.info(
                         "all-reduce probe: %.3f GB/s bus bandwidth (%d MiB, %d workers, %.1f ms per op)",
@@ -229,7 +229,7 @@ class Runtime:
             self.reporter.network(
                 profile=self.network_profile,
                 backend=self.ctx.backend,
-                bus_bandwidth_gbps=bus,
+                bus_bandwidth_gb_per_second=bus,
                 probe_bytes=probe_bytes,
                 world_size=self.ctx.world_size,
             )

@@ -244,16 +244,16 @@ class StatusReporter:
         *,
         profile: str,
         backend: str,
-        bus_bandwidth_gbps: float | None,
+        bus_bandwidth_gb_per_second: float | None,
         probe_bytes: int | None,
         world_size: int,
     ) -> None:
         record = trainingjob.NetworkStatus(
             profile=profile,
             backend=backend,
-            all_reduce_bus_bandwidth_gbps=None
-            if bus_bandwidth_gbps is None
-            else round(bus_bandwidth_gbps, 3),
+            all_reduce_bus_bandwidth_gb_per_second=None
+            if bus_bandwidth_gb_per_second is None
+            else round(bus_bandwidth_gb_per_second, 3),
             probe_bytes=probe_bytes,
             world_size=world_size,
             measured=checkpoint.utc_now(),

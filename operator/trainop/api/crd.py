@@ -200,8 +200,12 @@ def _crd(
     }
 
 
-def _column(name: str, json_path: str, type_: str = "string", priority: int = 0) -> dict[str, Any]:
+def _column(
+    name: str, json_path: str, type_: str = "string", priority: int = 0, description: str = ""
+) -> dict[str, Any]:
     column: dict[str, Any] = {"name": name, "type": type_, "jsonPath": json_path}
+    if description:
+        column["description"] = description
     if priority:
         column["priority"] = priority
     return column
@@ -227,7 +231,13 @@ def trainingjob_crd() -> dict[str, Any]:
             _column("Age", ".metadata.creationTimestamp", "date"),
             _column("Loss", ".status.progress.loss", "number", priority=1),
             _column("Samples/s", ".status.progress.samplesPerSecond", "number", priority=1),
-            _column("Bus-GB/s", ".status.network.allReduceBusBandwidthGbps", "number", priority=1),
+            _column(
+                "Bus-GB/s",
+                ".status.network.allReduceBusBandwidthGBPerSecond",
+                "number",
+                priority=1,
+                description="All-reduce bus bandwidth at start-up, GB/s (gigabytes per second).",
+            ),
         ],
     )
 

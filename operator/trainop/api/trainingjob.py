@@ -20,6 +20,13 @@ ENTRYPOINT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-
 NCCL_ENV_KEY_PATTERN = r"^(NCCL|TORCH_NCCL|UCX|FI)_[A-Z0-9_]+$"
 CLAIM_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 MAX_FAILURE_HISTORY = 10
+# Ports Ray itself listens on in every Ray pod (KubeRay's defaults): the trainer's metrics must avoid them.
+RAY_POD_PORTS = {
+    6379: "Ray's GCS server",
+    8080: "Ray's metrics exporter",
+    8265: "the Ray dashboard",
+    10001: "the Ray client server",
+}
 # Worker pods' terminationGracePeriodSeconds. The preStop hook waits for the checkpoint for this long less
 # the operator's margin (5 s), so the floor leaves the hook at least 5 s; the default leaves a large
 # model's synchronous checkpoint time to finish.
@@ -361,6 +368,24 @@ class TrainingJobSpec(base.ApiModel):
             raise ValueError("precision fp16 needs GPUs: set workers.gpusPerWorker >= 1 or use bf16/fp32")
         return self
 
+    @pydantic.model_validator(mode="after")
+    def _metrics_ports_are_free(self) -> TrainingJobSpec:
+        # One metrics port per Train worker of a pod (one per GPU): metricsPort + local rank.
+        first = self.reporting.metrics_port
+        last = first + max(1, self.workers.gpus_per_worker) - 1
+        if last > 65535:
+            raise ValueError(
+                f"reporting.metricsPort {first} leaves no room for one port per GPU (up to {last}); "
+                "choose a lower metricsPort"
+            )
+        for port, user in RAY_POD_PORTS.items():
+            if first <= port <= last:
+                raise ValueError(
+                    f"reporting.metricsPort: the trainer's metrics ports {first}-{last} (one per GPU of a "
+                    f"worker) include {port}, which {user} uses in the same pod; choose another metricsPort"
+                )
+        return self
+
 
 # Fields that cannot change while a job exists: changing them would make the next attempt unable to
 # resume from the checkpoints already written (other model, other world size, other volume).
@@ -409,7 +434,14 @@ class NetworkStatus(base.ApiModel):
 
     profile: str
     backend: str | None = None
-    all_reduce_bus_bandwidth_gbps: float | None = None
+    # Explicit alias: to_camel would give "...GbPerSecond"; the wire name spells the unit (GB/s) exactly.
+    all_reduce_bus_bandwidth_gb_per_second: float | None = pydantic.Field(
+        default=None,
+        alias="allReduceBusBandwidthGBPerSecond",
+        description="All-reduce bus bandwidth measured at start-up, in GB/s (gigabytes per second, 1e9 "
+        "bytes/s; nccl-tests' busbw). Renamed in v1alpha1, without a conversion, from a name that read as "
+        "gigabits per second; the value and its unit did not change.",
+    )
     probe_bytes: int | None = None
     world_size: int | None = None
     measured: str | None = None

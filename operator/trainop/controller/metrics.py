@@ -15,9 +15,10 @@ Per-owner series, removed when the owner is deleted:
 - ``trainop_job_phase{namespace,name,kind,phase}``        1, one series: the current phase
 - ``trainop_job_step``, ``trainop_job_restarts``, ``trainop_job_checkpoint_timestamp_seconds``,
   ``trainop_job_progress_timestamp_seconds``, ``trainop_job_samples_per_second``, ``trainop_job_loss``
-  ``{namespace,name}``, and ``trainop_job_allreduce_bus_bandwidth_gbps{namespace,name,profile}`` (GB/s;
-  ``profile`` is ``status.network.profile``, so an alert can compare against that profile's floor; when
-  the trainer reports another profile the old series is replaced, never left behind): TrainingJobs only
+  ``{namespace,name}``, and ``trainop_job_allreduce_bus_bandwidth_bytes_per_second{namespace,name,profile}``
+  (bytes/s, base unit: ``status.network.allReduceBusBandwidthGBPerSecond`` * 1e9; ``profile`` is
+  ``status.network.profile``, so an alert can compare against that profile's floor; when the trainer
+  reports another profile the old series is replaced, never left behind): TrainingJobs only
   (they carry no kind label, so a same-named sweep must not write them); a series appears once its
   status field does.
 
@@ -85,9 +86,10 @@ JOB_PROGRESS_TIME = prometheus_client.Gauge(
     registry=REGISTRY,
 )
 JOB_BUS_BANDWIDTH = prometheus_client.Gauge(
-    "trainop_job_allreduce_bus_bandwidth_gbps",
-    "All-reduce bus bandwidth the trainer measured at start-up, in GB/s (gigabytes per second, "
-    "nccl-tests' busbw definition); profile is the network profile it ran with (status.network.profile).",
+    "trainop_job_allreduce_bus_bandwidth_bytes_per_second",
+    "All-reduce bus bandwidth the trainer measured at start-up, in bytes per second (nccl-tests' busbw "
+    "definition; status.network.allReduceBusBandwidthGBPerSecond * 1e9); profile is the network profile "
+    "it ran with (status.network.profile).",
     [*_JOB_LABELS, "profile"],
     registry=REGISTRY,
 )
@@ -185,8 +187,9 @@ class OwnerMetrics:
         for gauge, value in values:
             if value is not None:
                 gauge.labels(namespace, name).set(value)
-        bandwidth = _number(network.get("allReduceBusBandwidthGbps"))
-        if bandwidth is not None:
+        gb_per_second = _number(network.get("allReduceBusBandwidthGBPerSecond"))
+        if gb_per_second is not None:
+            bandwidth = gb_per_second * 1e9  # the status carries GB/s; the metric is in base units
             profile = str(network.get("profile") or "")
             with self._lock:
                 previous = self._profiles.get((namespace, name))

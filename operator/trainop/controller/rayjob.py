@@ -18,7 +18,8 @@ Choices, each for a reason:
   /etc/trainop in head and workers (Ray Train's controller on the head reads checkpoint state from the
   same storage path the workers write), and a memory-backed /dev/shm sized by ``workers.sharedMemory``.
 - NCCL env from ``trainop.api.nccl.env_for(spec.network)`` on every Ray container.
-- The trainer's metrics port is declared as container port ``metrics`` on workers, for a PodMonitor.
+- The trainer's metrics ports, one per local rank (GPU), are declared on workers as container ports
+  ``metrics``, ``metrics-1``, ... (``metrics_port_name``), for a PodMonitor.
 - Graceful preemption: a pod's SIGTERM goes to ``ray start``, not to the training processes, so every
   worker container gets a preStop hook running the trainer's helper (``python -m trainop_trainer.preempt
   --timeout T``): it SIGTERMs the pod's training processes, which checkpoint at their next step and exit,
@@ -109,6 +110,13 @@ def desired_rayjob(resource: manifest.Resource, attempt: int) -> dict[str, Any]:
     }
 
 
+def metrics_port_name(local_rank: int) -> str:
+    """The container port of the trainer's metrics for one local rank (one Train worker per GPU shares a
+    pod, each serving on ``metricsPort + local_rank``): ``metrics``, then ``metrics-1`` ... ``metrics-15``.
+    The PodMonitor and scrape configs in charts/ and monitoring/ scrape every one of these names."""
+    return "metrics" if local_rank == 0 else f"metrics-{local_rank}"
+
+
 def head_start_params(resource: manifest.Resource) -> dict[str, str]:
     """The head's ``ray start`` flags. KubeRay writes each as ``--<key>=<value>`` into a bash command line,
     so the resources JSON is single-quoted for the shell, the form KubeRay itself writes there."""
@@ -191,7 +199,14 @@ def _container(
         if workers.gpus_per_worker:
             limits["nvidia.com/gpu"] = str(workers.gpus_per_worker)
         resources = {"requests": {"cpu": cpu, "memory": workers.memory_per_worker}, "limits": limits}
-        ports = [{"name": "metrics", "containerPort": spec.reporting.metrics_port, "protocol": "TCP"}]
+        ports = [
+            {
+                "name": metrics_port_name(rank),
+                "containerPort": spec.reporting.metrics_port + rank,
+                "protocol": "TCP",
+            }
+            for rank in range(max(1, workers.gpus_per_worker))
+        ]
         if spec.reporting.metrics_port != RAY_METRICS_PORT:
             # Naming our port "metrics" stops KubeRay from adding Ray's own; declare that one explicitly.
             ports.append({"name": "ray-metrics", "containerPort": RAY_METRICS_PORT, "protocol": "TCP"})

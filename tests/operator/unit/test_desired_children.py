@@ -361,6 +361,38 @@ def test_workers_expose_the_trainer_metrics_port_named_metrics_for_a_podmonitor(
     assert templates["worker"]["metadata"]["labels"]["trainop.dev/job"] == "mlp"
 
 
+def test_a_multi_gpu_worker_declares_one_metrics_port_per_local_rank() -> None:
+    spec = {"workers": {"gpusPerWorker": 4}, "reporting": {"metricsPort": 9191}}
+    (worker,) = pods(job_children(spec)["RayJob"])["worker"]["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in worker["ports"]}
+    assert ports == {
+        "metrics": 9191,
+        "metrics-1": 9192,
+        "metrics-2": 9193,
+        "metrics-3": 9194,
+        "ray-metrics": 8080,
+    }
+
+
+@pytest.mark.parametrize(
+    ("spec", "sentence"),
+    [
+        ({"workers": {"gpusPerWorker": 8}, "reporting": {"metricsPort": 8075}}, "include 8080"),
+        ({"workers": {"gpusPerWorker": 1}, "reporting": {"metricsPort": 6379}}, "include 6379"),
+        (
+            {"workers": {"gpusPerWorker": 4}, "reporting": {"metricsPort": 65534}},
+            "no room for one port per GPU",
+        ),
+    ],
+)
+def test_metrics_ports_that_collide_with_ray_or_overflow_are_refused_naming_the_field(
+    spec: dict[str, Any], sentence: str
+) -> None:
+    with pytest.raises(manifest.ManifestError, match="metricsPort") as refused:
+        job_children(spec)
+    assert sentence in str(refused.value)
+
+
 @pytest.mark.parametrize("group", ["head", "worker"])
 def test_ray_pods_are_labelled_with_job_and_attempt(group: str) -> None:
     labels = pods(job_children(attempt=5)["RayJob"])[group]["metadata"]["labels"]

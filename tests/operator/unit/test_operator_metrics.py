@@ -21,7 +21,7 @@ EXPECTED_NAMES = {
     "trainop_job_restarts": "gauge",
     "trainop_job_checkpoint_timestamp_seconds": "gauge",
     "trainop_job_progress_timestamp_seconds": "gauge",
-    "trainop_job_allreduce_bus_bandwidth_gbps": "gauge",
+    "trainop_job_allreduce_bus_bandwidth_bytes_per_second": "gauge",
     "trainop_job_samples_per_second": "gauge",
     "trainop_job_loss": "gauge",
 }
@@ -111,7 +111,7 @@ def test_trainer_reported_fields_become_job_series(owners: metrics.OwnerMetrics)
                 "updated": "2026-03-01T12:00:00Z",
             },
             checkpoint={"step": 100, "path": "/checkpoints/x", "time": "2026-03-01T11:59:00Z"},
-            network={"profile": "nvlink", "allReduceBusBandwidthGbps": 180.5},
+            network={"profile": "nvlink", "allReduceBusBandwidthGBPerSecond": 180.5},
         ),
     )
     labels = {"namespace": "team-a", "name": "mlp"}
@@ -121,7 +121,9 @@ def test_trainer_reported_fields_become_job_series(owners: metrics.OwnerMetrics)
     assert value("trainop_job_restarts", **labels) == 1
     assert value("trainop_job_progress_timestamp_seconds", **labels) == 1772366400.0
     assert value("trainop_job_checkpoint_timestamp_seconds", **labels) == 1772366340.0
-    assert value("trainop_job_allreduce_bus_bandwidth_gbps", **labels, profile="nvlink") == 180.5
+    assert (
+        value("trainop_job_allreduce_bus_bandwidth_bytes_per_second", **labels, profile="nvlink") == 180.5e9
+    )
 
 
 def test_deleting_a_job_removes_all_its_series_and_uncounts_it(owners: metrics.OwnerMetrics) -> None:
@@ -150,19 +152,23 @@ def test_bandwidth_series_carries_the_reported_profile_and_follows_a_change_of_i
     owners: metrics.OwnerMetrics,
 ) -> None:
     owners.observe(
-        kinds.TRAINING_JOB, running_job(network={"profile": "tcp", "allReduceBusBandwidthGbps": 1.5})
+        kinds.TRAINING_JOB, running_job(network={"profile": "tcp", "allReduceBusBandwidthGBPerSecond": 1.5})
     )
     owners.observe(
-        kinds.TRAINING_JOB, running_job(network={"profile": "infiniband", "allReduceBusBandwidthGbps": 22.0})
+        kinds.TRAINING_JOB,
+        running_job(network={"profile": "infiniband", "allReduceBusBandwidthGBPerSecond": 22.0}),
     )
-    assert series("trainop_job_allreduce_bus_bandwidth_gbps", namespace="team-a", name="mlp") == [
+    assert series("trainop_job_allreduce_bus_bandwidth_bytes_per_second", namespace="team-a", name="mlp") == [
         {"namespace": "team-a", "name": "mlp", "profile": "infiniband"}
     ]
     assert (
         value(
-            "trainop_job_allreduce_bus_bandwidth_gbps", namespace="team-a", name="mlp", profile="infiniband"
+            "trainop_job_allreduce_bus_bandwidth_bytes_per_second",
+            namespace="team-a",
+            name="mlp",
+            profile="infiniband",
         )
-        == 22.0
+        == 22.0e9
     )
 
 
@@ -170,8 +176,10 @@ def test_deleting_a_job_removes_its_bandwidth_series_whatever_its_profile(
     owners: metrics.OwnerMetrics,
 ) -> None:
     owners.observe(
-        kinds.TRAINING_JOB, running_job(network={"profile": "roce", "allReduceBusBandwidthGbps": 12.0})
+        kinds.TRAINING_JOB, running_job(network={"profile": "roce", "allReduceBusBandwidthGBPerSecond": 12.0})
     )
-    assert series("trainop_job_allreduce_bus_bandwidth_gbps", namespace="team-a", name="mlp")
+    assert series("trainop_job_allreduce_bus_bandwidth_bytes_per_second", namespace="team-a", name="mlp")
     owners.forget(kinds.TRAINING_JOB, "team-a", "mlp")
-    assert series("trainop_job_allreduce_bus_bandwidth_gbps", namespace="team-a", name="mlp") == []
+    assert (
+        series("trainop_job_allreduce_bus_bandwidth_bytes_per_second", namespace="team-a", name="mlp") == []
+    )
