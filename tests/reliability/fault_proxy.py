@@ -77,7 +77,8 @@ class FaultProxy:
         )
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
+        # Open watch streams never finish on their own: stop() must not wait aiohttp's default 60 s for them.
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         port = processes.free_loopback_port()
         await web.TCPSite(self._runner, "127.0.0.1", port).start()
