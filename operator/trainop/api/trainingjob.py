@@ -20,6 +20,10 @@ ENTRYPOINT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-
 NCCL_ENV_KEY_PATTERN = r"^(NCCL|TORCH_NCCL|UCX|FI)_[A-Z0-9_]+$"
 CLAIM_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 MAX_FAILURE_HISTORY = 10
+# activeDeadlineSeconds and ttlSecondsAfterFinished: at most 2^31 - 1 s (about 68 years, Kubernetes' int32
+# for a Job's TTL). Unbounded, a huge value made the operator's due-time arithmetic overflow (found by
+# tests/reliability/test_bad_input_property.py).
+MAX_DURATION_SECONDS = 2**31 - 1
 # Ports Ray itself listens on in every Ray pod (KubeRay's defaults): the trainer's metrics must avoid them.
 RAY_POD_PORTS = {
     6379: "Ray's GCS server",
@@ -359,8 +363,8 @@ class TrainingJobSpec(base.ApiModel):
     network: Network = pydantic.Field(default_factory=Network)
     reporting: Reporting = pydantic.Field(default_factory=Reporting)
     suspend: bool = False
-    active_deadline_seconds: Annotated[int, pydantic.Field(ge=1)] | None = None
-    ttl_seconds_after_finished: Annotated[int, pydantic.Field(ge=0)] | None = None
+    active_deadline_seconds: Annotated[int, pydantic.Field(ge=1, le=MAX_DURATION_SECONDS)] | None = None
+    ttl_seconds_after_finished: Annotated[int, pydantic.Field(ge=0, le=MAX_DURATION_SECONDS)] | None = None
 
     @pydantic.model_validator(mode="after")
     def _precision_fits_device(self) -> TrainingJobSpec:

@@ -16,6 +16,8 @@ import pydantic
 
 from trainop.api import base, trainingjob
 
+MAX_DURATION = trainingjob.MAX_DURATION_SECONDS
+
 PARAMETER_NAME_PATTERN = r"^(nccl\.(NCCL|TORCH_NCCL)_[A-Z0-9_]+|[a-z][A-Za-z0-9]*(\.[a-z][A-Za-z0-9]*)+)$"
 
 
@@ -122,8 +124,8 @@ class TuningSweepSpec(base.ApiModel):
     max_concurrent_trials: Annotated[int, pydantic.Field(ge=1, le=1024)] = 2
     max_failed_trials: Annotated[int, pydantic.Field(ge=0)] = 2
     suspend: bool = False
-    active_deadline_seconds: Annotated[int, pydantic.Field(ge=1)] | None = None
-    ttl_seconds_after_finished: Annotated[int, pydantic.Field(ge=0)] | None = None
+    active_deadline_seconds: Annotated[int, pydantic.Field(ge=1, le=MAX_DURATION)] | None = None
+    ttl_seconds_after_finished: Annotated[int, pydantic.Field(ge=0, le=MAX_DURATION)] | None = None
 
     @pydantic.model_validator(mode="after")
     def _consistent(self) -> TuningSweepSpec:

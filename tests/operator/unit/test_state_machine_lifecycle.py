@@ -6,8 +6,9 @@ import operator_factories as factories
 import pytest
 from state_machine_cases import NOW, RFC, accepted, after, condition, decide, ray_job, seconds, with_status
 
+from trainop.api import manifest, trainingjob
 from trainop.api.trainingjob import Phase
-from trainop.controller import acceptance, conditions, observe, status_fields
+from trainop.controller import acceptance, conditions, kinds, observe, status_fields
 
 
 # ----------------------------------------------------------------------------------------- deadline
@@ -37,6 +38,21 @@ def test_before_the_deadline_the_job_is_requeued_for_it() -> None:
     decision = decide(body, ray_job("mlp-a1", "RUNNING", "Running"))
     assert decision.status.phase == Phase.RUNNING
     assert decision.requeue_after == 40.0
+
+
+def test_the_longest_deadline_and_ttl_allowed_are_requeued_without_overflow() -> None:
+    longest = trainingjob.MAX_DURATION_SECONDS
+    body = factories.job(spec={"activeDeadlineSeconds": longest})
+    body = {
+        **accepted(body),
+        "status": status_fields.OwnedStatus(phase=Phase.RUNNING, attempt=1, start_time=RFC(NOW)).to_wire(),
+    }
+    assert decide(body, ray_job("mlp-a1", "RUNNING", "Running")).requeue_after == float(longest)
+    body = factories.job(spec={"ttlSecondsAfterFinished": longest})
+    owned = status_fields.OwnedStatus(phase=Phase.SUCCEEDED, attempt=1, completion_time=RFC(NOW))
+    assert decide({**accepted(body), "status": owned.to_wire()}).requeue_after == float(longest)
+    with pytest.raises(manifest.ManifestError, match="activeDeadlineSeconds"):
+        kinds.parse(factories.job(spec={"activeDeadlineSeconds": longest + 1}))
 
 
 def test_the_deadline_also_ends_a_restart_backoff() -> None:
