@@ -24,6 +24,8 @@ MAX_FAILURE_HISTORY = 10
 # for a Job's TTL). Unbounded, a huge value made the operator's due-time arithmetic overflow (found by
 # tests/reliability/test_bad_input_property.py).
 MAX_DURATION_SECONDS = 2**31 - 1
+# Random seeds: what NumPy's RandomState (Ray Tune's search algorithms) accepts, less room for seed + rank.
+MAX_SEED = 2**32 - 1 - 4096 * 16
 # Ports Ray itself listens on in every Ray pod (KubeRay's defaults): the trainer's metrics must avoid them.
 RAY_POD_PORTS = {
     6379: "Ray's GCS server",
@@ -190,7 +192,8 @@ class Hyperparameters(base.ApiModel):
     schedule: Schedule = pydantic.Field(default_factory=Schedule)
     gradient_accumulation_steps: Annotated[int, pydantic.Field(ge=1, le=1024)] = 1
     gradient_clip_norm: Annotated[float, pydantic.Field(gt=0.0)] | None = None
-    seed: Annotated[int, pydantic.Field(ge=0)] = 0
+    # NumPy's and Ray Tune's generators take seeds below 2^32 (the trainer seeds seed + rank).
+    seed: Annotated[int, pydantic.Field(ge=0, le=MAX_SEED)] = 0
 
     @pydantic.model_validator(mode="after")
     def _has_end(self) -> Hyperparameters:

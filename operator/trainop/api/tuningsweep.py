@@ -118,7 +118,7 @@ class TuningSweepSpec(base.ApiModel):
     ]
     objective: Objective = pydantic.Field(default_factory=Objective)
     algorithm: Algorithm = Algorithm.RANDOM
-    seed: int | None = None
+    seed: Annotated[int, pydantic.Field(ge=0, le=trainingjob.MAX_SEED)] | None = None
     scheduler: Scheduler = pydantic.Field(default_factory=Scheduler)
     num_trials: Annotated[int, pydantic.Field(ge=1, le=10000)] = 8
     max_concurrent_trials: Annotated[int, pydantic.Field(ge=1, le=1024)] = 2
