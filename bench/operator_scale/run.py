@@ -45,7 +45,7 @@ import operator_factories  # noqa: E402  (tests/operator: the small valid job th
 
 from tests.controlplane import assets, cluster, crds, processes  # noqa: E402
 from tests.reliability import kube_async, kuberay_async  # noqa: E402
-from trainop.controller import rbac  # noqa: E402
+from trainop.controller import options, rbac  # noqa: E402
 
 NAMESPACE = "bench"
 OPERATOR_SA = "trainop-operator"
@@ -353,7 +353,12 @@ def main() -> None:
         "--jobs", type=int, action="append", help="burst size (repeatable); default 100, 1000"
     )
     parser.add_argument("--concurrency", type=int, default=32, help="POSTs in flight while creating")
-    parser.add_argument("--workers", type=int, default=4, help="the operator's --workers")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=options.DEFAULT_WORKERS,
+        help=f"the operator's --workers (default: its own default, {options.DEFAULT_WORKERS})",
+    )
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--profile", type=Path, help="run the operator under cProfile, stats to this file")
     args = parser.parse_args()
