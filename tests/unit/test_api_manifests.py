@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import pathlib
 import subprocess
 import sys
+from typing import Any
 
+import pydantic
 import pytest
 import yaml
 
-from trainop.api import manifest, trainer_config, trainingjob
+from trainop.api import base, manifest, trainer_config, trainingjob
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.yaml"))
@@ -117,3 +120,47 @@ def test_trainer_config_round_trips_and_honours_environment_overrides(
     assert loaded.storage_path == str(tmp_path / "ckpt")
     assert loaded.run_name == "resnet50-multigpu"
     assert loaded.status_target is not None and loaded.status_target.plural == "trainingjobs"
+
+
+@pytest.mark.parametrize("example", sorted((ROOT / "examples").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_examples_trainer_config_round_trips(example: pathlib.Path) -> None:
+    for resource in manifest.load_file(example):
+        if isinstance(resource, trainingjob.TrainingJob):
+            config: Any = trainer_config.for_job(resource, storage_path="/c", attempt=2, in_cluster=True)
+            load = trainer_config.TrainerConfig
+        else:
+            config = trainer_config.for_sweep(resource, storage_path="/c", attempt=2, in_cluster=True)
+            load = trainer_config.SweepConfig
+        assert load.model_validate_json(trainer_config.dumps(config), by_alias=True, by_name=False) == config
+
+
+def test_the_trainer_config_leaves_defaults_out_so_an_older_trainer_image_still_loads_it() -> None:
+    """A field added to the API after a trainer image was built reaches that image only when a job sets
+    it. Shown with ``workers.terminationGracePeriodSeconds`` (added after the first trainer release):
+    models without it (the old image's) load the config of a job that leaves it at its default."""
+    (job,) = manifest.load_file(ROOT / "examples" / "cpu-mlp.yaml")
+    assert isinstance(job, trainingjob.TrainingJob)
+    rendered = json.loads(
+        trainer_config.dumps(trainer_config.for_job(job, storage_path="/c", attempt=1, in_cluster=True))
+    )
+    assert "terminationGracePeriodSeconds" not in rendered["spec"].get("workers", {})
+    assert "attempt" not in rendered  # 1, the default
+
+    # The old image's Workers model: today's, without the new field, unknown keys refused as ever.
+    old_fields = {
+        name: (field.annotation, field)
+        for name, field in trainingjob.Workers.model_fields.items()
+        if name != "termination_grace_period_seconds"
+    }
+    old_workers: Any = pydantic.create_model("OldWorkers", __base__=base.ApiModel, **old_fields)  # type: ignore[call-overload]
+    old_workers.model_validate(rendered["spec"].get("workers", {}))
+    with pytest.raises(pydantic.ValidationError, match="terminationGracePeriodSeconds"):
+        old_workers.model_validate(
+            {**rendered["spec"].get("workers", {}), "terminationGracePeriodSeconds": 30}
+        )
+    workers = job.spec.workers.model_copy(update={"termination_grace_period_seconds": 30})
+    custom = job.model_copy(update={"spec": job.spec.model_copy(update={"workers": workers})})
+    again = json.loads(
+        trainer_config.dumps(trainer_config.for_job(custom, storage_path="/c", attempt=1, in_cluster=True))
+    )
+    assert again["spec"]["workers"]["terminationGracePeriodSeconds"] == 30  # set: sent
