@@ -144,7 +144,7 @@ def test_the_trainer_config_leaves_defaults_out_so_an_older_trainer_image_still_
         trainer_config.dumps(trainer_config.for_job(job, storage_path="/c", attempt=1, in_cluster=True))
     )
     assert "terminationGracePeriodSeconds" not in rendered["spec"].get("workers", {})
-    assert "attempt" not in rendered  # 1, the default
+    assert rendered["attempt"] == 1 and rendered["runName"] == "cpu-mlp"  # runtime facts: always written
 
     # The old image's Workers model: today's, without the new field, unknown keys refused as ever.
     old_fields = {

@@ -110,15 +110,16 @@ def for_sweep(
 
 
 def dumps(config: TrainerConfig | SweepConfig) -> str:
-    """The config as JSON, without the fields left at their defaults: a trainer image older than the
-    operator then still loads it (its models refuse unknown fields, and a field added to the API later is
-    only sent when a job sets it -- then the old image's refusal names that field). ``load`` restores the
+    """The config as JSON. The runtime facts (names, storage path, attempt, status target) are always
+    written; the spec without the fields left at their defaults, so that a trainer image older than the
+    operator still loads it: its models refuse unknown fields, and a field added to the API later is only
+    sent when a job sets it (then the old image's refusal names that field). ``load`` restores the
     defaults, so ``load(dumps(c)) == c``."""
-    return json.dumps(
-        config.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_defaults=True),
-        indent=2,
-        sort_keys=True,
+    data = config.model_dump(mode="json", by_alias=True, exclude_none=True)
+    data["spec"] = config.spec.model_dump(
+        mode="json", by_alias=True, exclude_none=True, exclude_defaults=True
     )
+    return json.dumps(data, indent=2, sort_keys=True)
 
 
 def load(path: str | os.PathLike[str] | None = None) -> TrainerConfig:
