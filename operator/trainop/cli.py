@@ -63,28 +63,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
             f"{args.file}: holds {len(resources)} manifests; `trainop run` takes exactly one", file=sys.stderr
         )
         return 2
+    run_options = {
+        "workers": args.workers,
+        "inject_failure_at_step": args.inject_failure_at_step,
+        "state_dir": args.state_dir,
+        "fresh": args.fresh,
+        "verbose": args.verbose,
+    }
     if resources[0].kind == "TuningSweep":
         from trainop_trainer.sweep import local as sweep_local  # heavy: ray, torch
 
-        return sweep_local.run_sweep_manifest(
-            args.file,
-            workers=args.workers,
-            inject_failure_at_step=args.inject_failure_at_step,
-            state_dir=args.state_dir,
-            fresh=args.fresh,
-            verbose=args.verbose,
-        )
+        return sweep_local.run_sweep_manifest(args.file, **run_options)
 
     from trainop_trainer import local  # heavy: ray, torch
 
-    return local.run_manifest(
-        args.file,
-        workers=args.workers,
-        inject_failure_at_step=args.inject_failure_at_step,
-        state_dir=args.state_dir,
-        fresh=args.fresh,
-        verbose=args.verbose,
-    )
+    return local.run_manifest(args.file, **run_options)
 
 
 def _cmd_operator(args: argparse.Namespace) -> int:

@@ -25,12 +25,15 @@ import shutil
 import sys
 import threading
 import time
-from typing import Any, TextIO
+from collections.abc import Callable
+from typing import Any, TextIO, TypeVar
 
 import yaml
 
 from trainop.api import manifest, trainer_config, trainingjob
 from trainop_trainer import config as config_module
+
+R = TypeVar("R", bound=manifest.Resource)
 
 DEFAULT_STATE_DIR = ".trainop"
 STOP_GRACE_S = 60.0
@@ -253,32 +256,39 @@ def run_manifest(
     failed, 2 invalid manifest). ``inject_failure_at_step`` (or $TRAINOP_INJECT_FAILURE_AT_STEP) kills one
     worker once, right after the first checkpoint at or after that step."""
     out = out or sys.stdout
+    return run_each(
+        path,
+        trainingjob.TrainingJob,
+        "local mode",
+        inject_failure_at_step,
+        lambda job, inject: _run_job(
+            job, workers=workers, inject=inject, state_dir=state_dir, fresh=fresh, verbose=verbose, out=out
+        ),
+    )
+
+
+def run_each(
+    path: str | os.PathLike[str],
+    kind: type[R],
+    mode: str,
+    inject_failure_at_step: int | None,
+    run_one: Callable[[R, int | None], int],
+) -> int:
+    """Load the manifest file and run each of its resources of ``kind`` with ``run_one(resource, inject)``
+    (the others are skipped, with a note); the worst exit code, 2 for an invalid file. Shared by the
+    TrainingJob and the TuningSweep local modes."""
     try:
         resources = manifest.load_file(pathlib.Path(path))
     except manifest.ManifestError as exc:
         for error in exc.errors:
             print(f"trainop: {exc.source}: {error}", file=sys.stderr)
         return 2
-    jobs = [r for r in resources if isinstance(r, trainingjob.TrainingJob)]
-    if len(jobs) != len(resources):
-        print("trainop: local mode runs TrainingJobs; skipping the other kinds in the file", file=sys.stderr)
+    chosen = [r for r in resources if isinstance(r, kind)]
+    if len(chosen) != len(resources):
+        print(f"trainop: {mode} runs {kind.__name__}s; skipping the other kinds in the file", file=sys.stderr)
     if inject_failure_at_step is None:
         inject_failure_at_step = config_module.inject_failure_from_env()
-    code = 0
-    for job in jobs:
-        code = max(
-            code,
-            _run_job(
-                job,
-                workers=workers,
-                inject=inject_failure_at_step,
-                state_dir=state_dir,
-                fresh=fresh,
-                verbose=verbose,
-                out=out,
-            ),
-        )
-    return code
+    return max((run_one(resource, inject_failure_at_step) for resource in chosen), default=0)
 
 
 def _run_job(

@@ -31,8 +31,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from trainop.api import manifest, trainer_config, trainingjob, tuningsweep
-from trainop_trainer import config as config_module
+from trainop.api import trainer_config, trainingjob, tuningsweep
 from trainop_trainer import local as job_local
 from trainop_trainer.sweep import layout
 
@@ -194,35 +193,15 @@ def run_sweep_manifest(
     ``inject_failure_at_step`` (or $TRAINOP_INJECT_FAILURE_AT_STEP) makes every trial kill one of its
     workers once, right after its first checkpoint at or after that step."""
     out = out or sys.stdout
-    try:
-        resources = manifest.load_file(pathlib.Path(path))
-    except manifest.ManifestError as exc:
-        for error in exc.errors:
-            print(f"trainop: {exc.source}: {error}", file=sys.stderr)
-        return 2
-    sweeps = [r for r in resources if isinstance(r, tuningsweep.TuningSweep)]
-    if len(sweeps) != len(resources):
-        print(
-            "trainop: sweep local mode runs TuningSweeps; skipping the other kinds in the file",
-            file=sys.stderr,
-        )
-    if inject_failure_at_step is None:
-        inject_failure_at_step = config_module.inject_failure_from_env()
-    code = 0
-    for sweep in sweeps:
-        code = max(
-            code,
-            _run_sweep(
-                sweep,
-                workers=workers,
-                inject=inject_failure_at_step,
-                state_dir=state_dir,
-                fresh=fresh,
-                verbose=verbose,
-                out=out,
-            ),
-        )
-    return code
+    return job_local.run_each(
+        path,
+        tuningsweep.TuningSweep,
+        "sweep local mode",
+        inject_failure_at_step,
+        lambda sweep, inject: _run_sweep(
+            sweep, workers=workers, inject=inject, state_dir=state_dir, fresh=fresh, verbose=verbose, out=out
+        ),
+    )
 
 
 def _run_sweep(
