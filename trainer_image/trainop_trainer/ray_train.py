@@ -26,6 +26,7 @@ import logging
 import os
 import sys
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from trainop.api import trainer_config
@@ -129,26 +130,27 @@ def _read_outcome(paths: config_module.RunPaths, launch_id: str) -> tuple[str, i
     return str(data["outcome"]), int(data["step"])
 
 
-def run(config: trainer_config.TrainerConfig, *, inject_failure_at_step: int | None = None) -> RunResult:
-    """Train ``config`` on the connected Ray cluster (call ``ensure_ray`` first). Blocks until done."""
+def torch_trainer(
+    config: trainer_config.TrainerConfig,
+    *,
+    launch_id: str,
+    inject_failure_at_step: int | None,
+    callbacks: Sequence[Any] = (),
+) -> Any:
+    """The TorchTrainer that runs ``config``: one worker per GPU (``config.scaling_for``), the launch
+    settings as its loop config, the job's worker-failure budget and worker env. Shared by a job's run and
+    a sweep's trials (which add their report callback)."""
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
-    from ray.train.v2.api.exceptions import TrainingFailedError
-
-    from trainop_trainer import user
 
     spec = config.spec
-    if spec.workload.entrypoint is not None:
-        user.resolve(spec.workload.entrypoint)  # fail before any worker starts
-    storage_path = os.path.abspath(config.storage_path)
-    config = config.model_copy(update={"storage_path": storage_path})
     scaling = config_module.scaling_for(spec)
     launch = config_module.LaunchSettings(
         config_json=config_module.dumps(config),
-        launch_id=uuid.uuid4().hex,
+        launch_id=launch_id,
         inject_failure_at_step=inject_failure_at_step,
     )
-    trainer = TorchTrainer(
+    return TorchTrainer(
         train_loop_per_worker,
         train_loop_config=launch.to_dict(),
         scaling_config=ScalingConfig(
@@ -158,11 +160,27 @@ def run(config: trainer_config.TrainerConfig, *, inject_failure_at_step: int | N
         ),
         run_config=RunConfig(
             name=config.run_name,
-            storage_path=storage_path,
+            storage_path=config.storage_path,
             failure_config=FailureConfig(max_failures=spec.failure_policy.max_worker_failures),
             worker_runtime_env={"env_vars": worker_env(config)},
+            callbacks=list(callbacks),
         ),  # type: ignore[call-arg]  # (mypy sees Ray Train V1's RunConfig; V2's has worker_runtime_env)
     )
+
+
+def run(config: trainer_config.TrainerConfig, *, inject_failure_at_step: int | None = None) -> RunResult:
+    """Train ``config`` on the connected Ray cluster (call ``ensure_ray`` first). Blocks until done."""
+    from ray.train.v2.api.exceptions import TrainingFailedError
+
+    from trainop_trainer import user
+
+    spec = config.spec
+    if spec.workload.entrypoint is not None:
+        user.resolve(spec.workload.entrypoint)  # fail before any worker starts
+    storage_path = os.path.abspath(config.storage_path)
+    config = config.model_copy(update={"storage_path": storage_path})
+    launch_id = uuid.uuid4().hex
+    trainer = torch_trainer(config, launch_id=launch_id, inject_failure_at_step=inject_failure_at_step)
     log.info("starting %s", config_module.describe(config))
     paths = config_module.paths_for(config)
     paths.stop_file.unlink(missing_ok=True)  # a stop request belongs to the launch that received it
@@ -170,5 +188,5 @@ def run(config: trainer_config.TrainerConfig, *, inject_failure_at_step: int | N
         trainer.fit()
     except TrainingFailedError as exc:
         return RunResult(outcome="failed", step=None, error=str(exc))
-    outcome, step = _read_outcome(paths, launch.launch_id)
+    outcome, step = _read_outcome(paths, launch_id)
     return RunResult(outcome=outcome, step=step)

@@ -8,10 +8,10 @@ and worker environment as ``python -m trainop_trainer`` — so Tune sees exactly
 reports: ``step``, ``epoch``, ``loss``, ``samples_per_second``, ``checkpoint_step``. The trial's
 TrainerConfig is written next to its checkpoints (``<run>/trainer.json``).
 
-The driver side is built here rather than through ``ray_train.run`` because that function takes no Train
-callbacks; it is composed of the trainer's public pieces (``config.scaling_for``, ``LaunchSettings``,
-``ray_train.worker_env``, ``ray_train.train_loop_per_worker``), so only the ``RunConfig`` wiring is
-repeated. A trial's workers get no ``statusTarget``: the TuningSweep's status belongs to the sweep driver.
+The driver side is ``ray_train.torch_trainer``, the TorchTrainer of ``ray_train.run`` (scaling, launch
+settings, failure budget, worker env), plus the trial's report callback; not ``ray_train.run`` itself,
+which reads a job's outcome files and takes no callbacks. A trial's workers get no ``statusTarget``: the
+TuningSweep's status belongs to the sweep driver.
 
 Reports: Train's reports reach Tune through ``ObjectiveReportCallback``, Ray's ``TuneReportCallback``
 minus the reports that lack the objective's metric (Tune would fail the whole experiment on one; the
@@ -43,7 +43,6 @@ from typing import Any
 from ray.tune.integration.ray_train import TuneReportCallback
 
 from trainop.api import trainer_config, trainingjob
-from trainop_trainer import config as config_module
 from trainop_trainer import ray_train
 from trainop_trainer.sweep import layout, space
 
@@ -123,31 +122,11 @@ def fit(
 ) -> None:
     """Run ``config`` as a TorchTrainer whose reports (those with ``metric``) go to the current Tune
     trial; raises if the training fails."""
-    from ray.train import FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
-
-    spec = config.spec
-    scaling = config_module.scaling_for(spec)
-    launch = config_module.LaunchSettings(
-        config_json=config_module.dumps(config),
+    trainer = ray_train.torch_trainer(
+        config,
         launch_id=uuid.uuid4().hex,
         inject_failure_at_step=inject_failure_at_step,
-    )
-    trainer = TorchTrainer(
-        ray_train.train_loop_per_worker,
-        train_loop_config=launch.to_dict(),
-        scaling_config=ScalingConfig(
-            num_workers=scaling.num_workers,
-            use_gpu=scaling.use_gpu,
-            resources_per_worker=scaling.resources_per_worker,
-        ),
-        run_config=RunConfig(
-            name=config.run_name,
-            storage_path=config.storage_path,
-            failure_config=FailureConfig(max_failures=spec.failure_policy.max_worker_failures),
-            worker_runtime_env={"env_vars": ray_train.worker_env(config)},
-            callbacks=[ObjectiveReportCallback(metric)],  # type: ignore[list-item]
-        ),  # type: ignore[call-arg]  # (mypy sees Ray Train V1's RunConfig; V2's has worker_runtime_env)
+        callbacks=[ObjectiveReportCallback(metric)],
     )
     trainer.fit()
 
