@@ -6,12 +6,16 @@
 # --optional: when there is no Go toolchain, print one line and exit 0 instead of failing (for CI and
 # `make test` on machines that run only the fast tier; the pytest tier then says it did not run).
 #
-# Components: kube-apiserver kube-controller-manager kubectl etcd helm kuberay-crds
+# Components: kube-apiserver kube-controller-manager kubectl etcd helm kuberay-crds (the control plane);
+#             kube-scheduler kube-proxy kuberay-operator coredns (the pod-running cluster bed, tests/clusterbed)
 #
 # Nothing is downloaded except through the Go module proxy. Nothing is written into the repository.
 # Layout (tests/controlplane/assets.py computes the same paths; keep the two in step):
 #
-#   $CACHE/controlplane/kubernetes-<v>/bin/{kube-apiserver,kube-controller-manager,kubectl}
+#   $CACHE/controlplane/kubernetes-<v>/bin/{kube-apiserver,kube-controller-manager,kubectl,kube-scheduler,kube-proxy}
+#   $CACHE/controlplane/kuberay-<v>/bin/ray-operator      KubeRay's controller (go install .../ray-operator@v)
+#   $CACHE/controlplane/kuberay-<v>/config/               its kustomize install (crd/, rbac/, manager/, default/)
+#   $CACHE/controlplane/coredns-<v>/bin/coredns           CoreDNS with the plugins a kubeadm Corefile uses
 #   $CACHE/controlplane/etcd-<v>/bin/etcd
 #   $CACHE/controlplane/helm-<v>/bin/helm
 #   $CACHE/controlplane/kuberay-<v>/crds/ray.io_{rayclusters,rayjobs}.yaml
@@ -39,6 +43,7 @@ K8S_DIR="$CP_ROOT/kubernetes-$K8S_VERSION"
 ETCD_DIR="$CP_ROOT/etcd-$ETCD_VERSION"
 HELM_DIR="$CP_ROOT/helm-$HELM_VERSION"
 KUBERAY_DIR="$CP_ROOT/kuberay-$KUBERAY_VERSION"
+COREDNS_DIR="$CP_ROOT/coredns-$COREDNS_VERSION"
 
 if [[ -n "${GO:-}" ]]; then :
 elif command -v go >/dev/null 2>&1; then GO="$(command -v go)"
@@ -117,7 +122,8 @@ k8s_wrapper() {
   # Resolve the full build list and go.sum once, for every binary we build from this module.
   (cd "$src.tmp" && "$GO" get "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" \
       "k8s.io/kubernetes/cmd/kube-controller-manager@$K8S_VERSION" \
-      "k8s.io/kubernetes/cmd/kubectl@$K8S_VERSION")
+      "k8s.io/kubernetes/cmd/kubectl@$K8S_VERSION" "k8s.io/kubernetes/cmd/kube-scheduler@$K8S_VERSION" \
+      "k8s.io/kubernetes/cmd/kube-proxy@$K8S_VERSION")
   rm -rf "$src" && mv "$src.tmp" "$src"
 }
 
@@ -135,7 +141,7 @@ k8s_ldflags() {
   echo "$flags"
 }
 
-build_k8s_binary() {  # kube-apiserver | kube-controller-manager | kubectl
+build_k8s_binary() {  # kube-apiserver | kube-controller-manager | kubectl | kube-scheduler | kube-proxy
   local name="$1" out="$K8S_DIR/bin/$1"
   if [[ -x "$out" ]]; then log "$name $K8S_VERSION: cached at $out"; link_into_cache_bin "$out"; return 0; fi
   k8s_wrapper
@@ -222,9 +228,95 @@ fetch_kuberay_crds() {
   log "KubeRay CRDs -> $dest"
 }
 
+# ---------------------------------------------------------------------------------- kuberay operator
+# KubeRay's controller has no replace directives: a plain `go install module@version` builds it. Its
+# kustomize install (config/default: CRDs, RBAC, the Deployment) is copied next to it, so the cluster bed
+# installs KubeRay the way its docs say (`kubectl create -k config/default`), every CRD it watches included.
+build_kuberay_operator() {
+  local out="$KUBERAY_DIR/bin/ray-operator"
+  if [[ -x "$out" && -f "$KUBERAY_DIR/config/default/kustomization.yaml" ]]; then
+    log "KubeRay operator $KUBERAY_VERSION: cached at $out"; link_into_cache_bin "$out"; return 0
+  fi
+  local module="github.com/ray-project/kuberay/ray-operator"
+  if [[ ! -x "$out" ]]; then
+    log "building KubeRay's controller $KUBERAY_VERSION ($module)"
+    mkdir -p "$KUBERAY_DIR/bin" "$KUBERAY_DIR/gobin.tmp"
+    local start=$SECONDS
+    with_heartbeat ray-operator env GOBIN="$KUBERAY_DIR/gobin.tmp" GOFLAGS= "$GO" install -trimpath \
+      -ldflags "-s -w" "$module@$KUBERAY_VERSION"
+    mv -f "$KUBERAY_DIR/gobin.tmp/ray-operator" "$out"
+    rmdir "$KUBERAY_DIR/gobin.tmp"
+    record_time ray-operator "$KUBERAY_VERSION" $((SECONDS - start))
+    log "built ray-operator in $((SECONDS - start))s -> $out"
+  fi
+  local rdir; rdir="$(module_dir "$module@$KUBERAY_VERSION")"
+  rm -rf "$KUBERAY_DIR/config.tmp" && mkdir -p "$KUBERAY_DIR/config.tmp"
+  cp -r "$rdir/config/crd" "$rdir/config/rbac" "$rdir/config/manager" "$rdir/config/default" \
+    "$KUBERAY_DIR/config.tmp/"
+  chmod -R u+w "$KUBERAY_DIR/config.tmp"   # the module cache is read-only; our copy need not be
+  rm -rf "$KUBERAY_DIR/config" && mv "$KUBERAY_DIR/config.tmp" "$KUBERAY_DIR/config"
+  link_into_cache_bin "$out"
+}
+
+# ------------------------------------------------------------------------------------------- coredns
+# CoreDNS is built the way its docs describe custom builds (plugin.cfg): the real coremain with a chosen
+# plugin set. Ours is the set a kubeadm cluster's Corefile uses, minus `forward` (this machine has no
+# upstream resolver to forward to); leaving out the cloud DNS plugins saves most of the build.
+COREDNS_PLUGINS=(errors health ready kubernetes prometheus cache loop reload loadbalance log hosts)
+build_coredns() {
+  local out="$COREDNS_DIR/bin/coredns"
+  if [[ -x "$out" ]]; then log "coredns $COREDNS_VERSION: cached at $out"; link_into_cache_bin "$out"; return 0; fi
+  local src="$COREDNS_DIR/src"
+  if [[ ! -f "$src/go.sum" ]]; then
+    log "preparing Go wrapper module for github.com/coredns/coredns $COREDNS_VERSION"
+    rm -rf "$src.tmp" && mkdir -p "$src.tmp"
+    local cdir; cdir="$(module_dir "github.com/coredns/coredns@$COREDNS_VERSION")"
+    {
+      echo "// Generated by trainop tests/controlplane/build.sh; throwaway, safe to delete."
+      echo "module trainop.local/controlplane/coredns"
+      echo
+      grep -E '^go [0-9]' "$cdir/go.mod"
+      echo
+      echo "require github.com/coredns/coredns $COREDNS_VERSION"
+    } >"$src.tmp/go.mod"
+    {
+      echo "// Generated by trainop tests/controlplane/build.sh: CoreDNS with the plugins of a kubeadm Corefile."
+      echo "package main"
+      echo
+      echo "import ("
+      echo '	_ "github.com/coredns/coredns/core/dnsserver"'
+      local p
+      for p in "${COREDNS_PLUGINS[@]}"; do
+        case "$p" in
+          prometheus) echo '	_ "github.com/coredns/coredns/plugin/metrics"' ;;
+          *) echo "	_ \"github.com/coredns/coredns/plugin/$p\"" ;;
+        esac
+      done
+      echo '	"github.com/coredns/coredns/coremain"'
+      echo ")"
+      echo
+      echo "func main() { coremain.Run() }"
+    } >"$src.tmp/main.go"
+    (cd "$src.tmp" && "$GO" mod tidy)
+    rm -rf "$src" && mv "$src.tmp" "$src"
+  fi
+  log "building coredns $COREDNS_VERSION (plugins: ${COREDNS_PLUGINS[*]})"
+  mkdir -p "$COREDNS_DIR/bin"
+  local start=$SECONDS
+  (cd "$src" && with_heartbeat coredns "$GO" build -trimpath \
+      -ldflags "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION" -o "$out.tmp" .)
+  mv -f "$out.tmp" "$out"
+  record_time coredns "$COREDNS_VERSION" $((SECONDS - start))
+  log "built coredns in $((SECONDS - start))s -> $out"
+  link_into_cache_bin "$out"
+}
+
 # --------------------------------------------------------------------------------------------- main
 components=("$@")
 if (( ${#components[@]} == 0 )) || [[ "${components[0]}" == all ]]; then
+  components=(etcd kube-apiserver kube-controller-manager kubectl kuberay-crds helm
+              kube-scheduler kube-proxy kuberay-operator coredns)
+elif [[ "${components[0]}" == controlplane ]]; then
   components=(etcd kube-apiserver kube-controller-manager kubectl kuberay-crds helm)
 fi
 mkdir -p "$CP_ROOT"
@@ -239,10 +331,12 @@ log "cache: $CP_ROOT; go: $("$GO" version)"
 total_start=$SECONDS
 for c in "${components[@]}"; do
   case "$c" in
-    kube-apiserver|kube-controller-manager|kubectl) build_k8s_binary "$c" ;;
+    kube-apiserver|kube-controller-manager|kubectl|kube-scheduler|kube-proxy) build_k8s_binary "$c" ;;
     etcd) build_etcd ;;
     helm) build_helm ;;
     kuberay-crds) fetch_kuberay_crds ;;
+    kuberay-operator) build_kuberay_operator ;;
+    coredns) build_coredns ;;
     *) echo "build.sh: unknown component '$c'" >&2; exit 2 ;;
   esac
 done
