@@ -55,7 +55,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--backoff-max", type=float, default=60.0, help="seconds (the kubelet's cap is 300)")
     parser.add_argument(
-        "--lease-duration", type=int, default=40, help="node Lease seconds, renewed every quarter (kubelet: 40)"
+        "--lease-duration",
+        type=int,
+        default=40,
+        help="node Lease seconds, renewed every quarter (kubelet: 40)",
     )
     parser.add_argument("--log-level", default="INFO")
     return parser.parse_args(argv)

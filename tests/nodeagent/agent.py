@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 JSON = dict[str, Any]
 _CLONE_NEWNET = 0x40000000
 _SHUTDOWN_GRACE_S = 2.0
+_LEASE_DURATION_S = nodes.LEASE_DURATION_S
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -68,7 +69,7 @@ class AgentConfig:
     #: Enter the bed netns at start (False only when the caller already runs inside it).
     enter_bed_netns: bool = True
     #: The node Leases' duration; renewed every quarter of it (the kubelet: 40 s, every 10 s).
-    lease_duration_s: int = nodes.LEASE_DURATION_S
+    lease_duration_s: int = _LEASE_DURATION_S
 
 
 def enter_netns(path: str) -> None:

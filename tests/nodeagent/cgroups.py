@@ -65,7 +65,7 @@ class Cgroup:
     def pids(self) -> list[int]:
         try:
             text = (self.dir("pids") / "cgroup.procs").read_text()
-        except FileNotFoundError:
+        except OSError:  # gone, or being removed (ENODEV)
             return []
         return [int(pid) for pid in text.split()]
 
@@ -73,7 +73,7 @@ class Cgroup:
         """How many processes the kernel's OOM killer has killed in this group."""
         try:
             text = (self.dir("memory") / "memory.oom_control").read_text()
-        except FileNotFoundError:
+        except OSError:
             return 0
         for line in text.splitlines():
             key, _, value = line.partition(" ")

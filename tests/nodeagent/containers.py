@@ -108,7 +108,7 @@ class SandboxFiles:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class MountPlan:
     mounts: tuple[runtime.Mount, ...]
-    #: (target, "dir" | "file") that must exist on the host before the container starts.
+    #: (target, "dir" | "file") that must exist on the host while the container runs.
     host_mountpoints: tuple[tuple[str, str], ...]
 
 
@@ -190,8 +190,9 @@ def _with_mountpoints(mounts: Sequence[runtime.Mount]) -> MountPlan:
         if covered:
             planned.append(dataclasses.replace(mount, mkdir=kind))
         else:
-            if not os.path.lexists(mount.target):
-                host.append((mount.target, kind))
+            # Every uncovered target goes to the registry, existing or not: another pod may have made it
+            # and may remove it when its container ends; the registry counts users of what it made.
+            host.append((mount.target, kind))
             planned.append(mount)
     return MountPlan(mounts=tuple(planned), host_mountpoints=tuple(host))
 

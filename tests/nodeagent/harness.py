@@ -61,6 +61,7 @@ class AgentHarness:
         self.process: processes.ManagedProcess | None = None
         self.state_dir = Path()
         self.images_path = Path()
+        self._argv: list[str] = []
         self.control = control.AgentControl(Path("/nonexistent"))
 
     @property
@@ -144,12 +145,28 @@ class AgentHarness:
             f"--backoff-max={settings.backoff_max_s}",
             f"--lease-duration={settings.lease_duration_s}",
         ]
+        self._argv = argv
+        self.control = control.AgentControl(self.state_dir / "control.sock")
+        self.start_agent()
+
+    def start_agent(self) -> None:
+        """Start (or start again, on the same state dir and bed) the agent process; wait until it serves."""
+        assert self.plane is not None
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
         self.process = processes.ManagedProcess.start(
-            name="nodeagent", argv=argv, log_path=data / "logs" / "nodeagent.log", env=env
+            name="nodeagent",
+            argv=self._argv,
+            log_path=self.plane.data_dir / "logs" / "nodeagent.log",
+            env=env,
         )
-        self.control = control.AgentControl(self.state_dir / "control.sock")
         self.process.wait_healthy(self.control.healthy, timeout_s=60, what="did not become ready")
+
+    def kill_agent(self) -> None:
+        """SIGKILL the agent, as a crash would: it cleans up nothing."""
+        assert self.process is not None
+        self.process.popen.kill()
+        self.process.popen.wait()
+        self.process = None
 
     def write_images(self, images: Mapping[str, Mapping[str, Any]]) -> None:
         """Replace the extra image map entries (the agent re-reads the file on its next image lookup)."""

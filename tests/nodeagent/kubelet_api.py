@@ -9,7 +9,7 @@ no SubjectAccessReview: any certificate of the cluster CA is trusted.
 Routes:
 - ``GET /containerLogs/<ns>/<pod>/<container>``: ``follow``, ``previous``, ``tailLines``, ``limitBytes``
   (``logs.py``), what ``kubectl logs [-f] [--previous] [--tail]`` calls;
-- ``GET|POST /exec/<ns>/<pod>/<container>?command=...``: WebSocket ``v5.channel.k8s.io`` (or v4), the
+- ``GET|POST /exec/<ns>/<pod>/<container>?command=...&input=1``: WebSocket ``v5.channel.k8s.io`` (or v4), the
   protocol the apiserver forwards untranslated to a node declaring ``ExtendWebSocketsToKubelet``:
   channels 0 stdin, 1 stdout, 2 stderr, 3 the final Status (exit code), 4 resize (ignored), and v5's
   close signal. SPDY is refused with a message; ``tty`` is not supported;
@@ -191,7 +191,7 @@ class _Handler(BaseHTTPRequestHandler):
                 400, f"no supported exec subprotocol in {offered}; supported: {list(EXEC_PROTOCOLS)}"
             )
             return
-        if (query.get("tty") or ["false"])[0] == "true":
+        if _flag(query, "tty"):
             self._send_text(400, "tty is not supported by the node agent; run kubectl exec without -t")
             return
         worker = self.server.find(namespace, pod)
@@ -211,9 +211,14 @@ class _Handler(BaseHTTPRequestHandler):
             ws=websocket.WebSocket(self.connection),
             running=instance.running,
             argv=query.get("command") or [],
-            stdin=(query.get("stdin") or ["false"])[0] == "true",
+            stdin=_flag(query, "input", "stdin"),
             spec_dir=worker.pod_dir / "launch" if worker is not None else Path("/tmp"),
         ).run()
+
+
+def _flag(query: dict[str, list[str]], *names: str) -> bool:
+    """The apiserver passes exec options to kubelets as ``input=1&output=1&error=1&tty=1``."""
+    return any((query.get(name) or [""])[0].lower() in ("1", "true") for name in names)
 
 
 class _ExecSession:

@@ -4,9 +4,10 @@ Owns, per node, what the kubelet's node status manager and lease controller do: 
 over an existing one of that name) with labels (``kubernetes.io/hostname``, os, arch, the configured
 ones), taints, ``podCIDR``, capacity = allocatable (cpu, memory, pods, ephemeral-storage, optionally
 ``nvidia.com/gpu`` for scheduling only), addresses (the bed's node IP and the hostname), the kubelet
-endpoint port and nodeInfo; renew ``kube-node-lease/<node>`` every quarter of its duration (40 s by default); re-post NodeReady
-and the pressure conditions every 60 s with fresh heartbeats. :meth:`NodeHeartbeat.lose` stops both, so
-the node-lifecycle controller marks the node Unknown exactly as after a real node failure.
+endpoint port, nodeInfo and ``declaredFeatures``; renew ``kube-node-lease/<node>`` every quarter of its
+duration (40 s by default); re-post NodeReady and the pressure conditions every 60 s with fresh
+heartbeats. :meth:`NodeHeartbeat.lose` stops both, so the node-lifecycle controller marks the node
+Unknown exactly as after a real node failure.
 """
 
 from __future__ import annotations
@@ -175,6 +176,8 @@ class NodeHeartbeat(threading.Thread):
                 {"type": "Hostname", "address": self.config.name},
             ],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": self.kubelet_port}},
+            # The apiserver then forwards kubectl's WebSocket exec streams untranslated (kubelet_api.py).
+            "declaredFeatures": ["ExtendWebSocketsToKubelet"],
             "nodeInfo": {
                 "machineID": _read("/etc/machine-id", self.config.name),
                 "systemUUID": self.config.name,

@@ -20,11 +20,13 @@ reason Error, a message saying so) and applies the restart policy.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import logging
 import queue
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -689,6 +691,8 @@ class PodWorker(threading.Thread):
             if instance.probes is not None:
                 instance.probes.stop()
             instance.running.cgroup.kill_all()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                instance.running.popen.wait(timeout=10)  # reaped: gone, not a zombie, when we return
             for target in instance.host_mountpoints:
                 self.node.mountpoints.release(target)
         self.instances.clear()
@@ -729,10 +733,13 @@ class PodWorker(threading.Thread):
             body["podIPs"] = [{"ip": self.sandbox.pod_ip}]
         if body == self._last_status:
             return
+        patch = dict(body)
+        if "podIPs" in patch:  # a new sandbox after an agent restart has a new IP: replace, do not merge
+            patch["podIPs"] = [{"$patch": "replace"}, *patch["podIPs"]]
         try:
             self.node.client.strategic_patch(
                 f"/api/v1/namespaces/{self.namespace}/pods/{self.name_}/status",
-                {"metadata": {"uid": self.uid}, "status": body},
+                {"metadata": {"uid": self.uid}, "status": patch},
             )
             self._last_status = body
         except kube.ApiError as error:
