@@ -55,6 +55,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--backoff-max", type=float, default=60.0, help="seconds (the kubelet's cap is 300)")
     parser.add_argument(
+        "--sync-frequency",
+        type=float,
+        default=15.0,
+        help="seconds between refreshes of configMap/secret/token volumes",
+    )
+    parser.add_argument(
         "--lease-duration",
         type=int,
         default=40,
@@ -97,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                 cluster_domain=args.cluster_domain,
                 backoff_initial_s=args.backoff_initial,
                 backoff_max_s=args.backoff_max,
+                volume_resync_s=args.sync_frequency,
             ),
             nodes=node_configs,
             kubeconfig=args.kubeconfig,

@@ -47,6 +47,8 @@ class HarnessSettings:
     backoff_max_s: float = 60.0
     #: Short leases and grace period so node loss shows within seconds.
     lease_duration_s: int = 12
+    #: Refresh of configMap/secret/projected volumes (the agent's default is 15 s).
+    sync_frequency_s: float = 2.0
     node_monitor_grace_period_s: int = 10
     root_dir: Path | None = None
     keep_data_dir: bool = False
@@ -144,6 +146,7 @@ class AgentHarness:
             f"--backoff-initial={settings.backoff_initial_s}",
             f"--backoff-max={settings.backoff_max_s}",
             f"--lease-duration={settings.lease_duration_s}",
+            f"--sync-frequency={settings.sync_frequency_s}",
         ]
         self._argv = argv
         self.control = control.AgentControl(self.state_dir / "control.sock")

@@ -21,6 +21,7 @@ import ctypes
 import ctypes.util
 import json
 import os
+import resource
 import socket
 import sys
 from typing import Any
@@ -96,6 +97,16 @@ def _do_mounts(mounts: list[dict[str, Any]]) -> None:
         os.close(fd)
 
 
+def _raise_nofile(wanted: int) -> None:
+    """containerd and Docker give containers 1048576 open files; where raising the hard limit is not
+    allowed (no CAP_SYS_RESOURCE), the soft limit goes up to the hard one."""
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, wanted))
+    except (ValueError, OSError):
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def _drop_privileges(spec: dict[str, Any]) -> None:
     if spec.get("groups") is not None:
         os.setgroups(spec["groups"])
@@ -133,6 +144,8 @@ def main() -> None:
             for name, nstype in (("net", CLONE_NEWNET), ("uts", CLONE_NEWUTS), ("mnt", CLONE_NEWNS)):
                 _setns(f"/proc/{pid}/ns/{name}", nstype)
         stage = "user"
+        if spec.get("nofile"):
+            _raise_nofile(spec["nofile"])
         _drop_privileges(spec)
         stage = "workingDir"
         if spec.get("cwd_mkdir"):

@@ -263,6 +263,12 @@ class PodWorker(threading.Thread):
             restart_policy=spec.get("restartPolicy") or "Always", init=init, app=app
         )
 
+    def _hostname(self) -> str:
+        """The pod's hostname; a hostNetwork pod shares the node's, as it shares its network."""
+        if self.pod["spec"].get("hostNetwork"):
+            return self.node.name
+        return str(self.pod["spec"].get("hostname") or self.name_)[:63]
+
     def _pod_with_status(self) -> JSON:
         """The pod as env and downward API see it: with the IPs the agent assigned."""
         ips = [{"ip": self.sandbox.pod_ip}] if self.sandbox.pod_ip else []
@@ -375,7 +381,7 @@ class PodWorker(threading.Thread):
         self._event(events.NORMAL, "Created", f"Created container: {name}", container=name)
         spec = runtime.ContainerSpec(
             process=process,
-            hostname=(self.pod["spec"].get("hostname") or self.name_)[:63],
+            hostname=self._hostname(),
             netns_path=self.sandbox.netns_path,
             mounts=plan.mounts,
             cwd_mkdir=containers.working_dir_created_by_launcher(process.cwd, plan.mounts),
@@ -478,7 +484,7 @@ class PodWorker(threading.Thread):
             raise containers.ConfigError(
                 "no command specified: the image has no entrypoint and the container no command"
             )
-        hostname = self.pod["spec"].get("hostname") or self.name_
+        hostname = self._hostname()
         process = runtime.ProcessSpec(
             argv=tuple(argv),
             env=containers.process_env(

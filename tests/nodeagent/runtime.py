@@ -96,6 +96,14 @@ class Exit:
     finished_at: float
 
 
+def _nofile_limit() -> int:
+    """Container runtimes' RLIMIT_NOFILE (1048576), capped by what this kernel allows."""
+    try:
+        return min(1_048_576, int(Path("/proc/sys/fs/nr_open").read_text()))
+    except OSError:
+        return 1_048_576
+
+
 def _launcher_argv(spec_path: Path) -> list[str]:
     return [sys.executable, "-I", "-S", str(LAUNCHER), str(spec_path)]
 
@@ -162,6 +170,7 @@ def start(spec: ContainerSpec, *, cgroup: cgroups.Cgroup, log_path: Path, spec_d
         "mounts": [mount.to_json() for mount in spec.mounts],
         "cwd_mkdir": spec.cwd_mkdir,
         "readonly_root": spec.readonly_root,
+        "nofile": _nofile_limit(),
     }
     with log_path.open("ab") as log:
         popen = _spawn(payload, spec_dir=spec_dir, stdin=subprocess.DEVNULL, stdout=log, stderr=log)

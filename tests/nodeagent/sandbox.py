@@ -118,6 +118,8 @@ class Sandbox:
         etc = self.pod_dir / "etc"
         etc.mkdir(parents=True, exist_ok=True)
         hostname = self.pod["spec"].get("hostname") or self.pod["metadata"]["name"]
+        if self.host_network:
+            hostname = self.node.name
         (etc / "hostname").write_text(hostname + "\n")
         hosts: Path | None = None
         if not self.host_network:

@@ -9,6 +9,7 @@ name their node (``spec.nodeName``): no scheduler runs here. The only stand-in i
 from __future__ import annotations
 
 import base64
+import os
 import subprocess
 import time
 
@@ -630,3 +631,70 @@ def test_a_lost_node_goes_unknown_and_its_pods_processes_are_gone(
     wait_for("the pod marked not Ready", lambda: ns.condition("doomed", "Ready") == "False", timeout_s=30)
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
     assert described["uid"].replace("-", "")[:8] not in netns
+
+
+# ------------------------------------------------------------------------ more of the pod contract
+def test_configmap_volume_updates_reach_a_running_container(pod_namespace: Namespace) -> None:
+    ns = pod_namespace
+    ns.create("configmaps", {"metadata": {"name": "live"}, "data": {"value": "one"}})
+    mount = [{"name": "cfg", "mountPath": "/etc/live"}]
+    script = "while true; do cat /etc/live/value; echo; sleep 0.3; done"
+    ns.pod(
+        "watcher",
+        containers=[_sh("main", script, volumeMounts=mount)],
+        volumes=[{"name": "cfg", "configMap": {"name": "live"}}],
+    )
+    wait_for("the first value", lambda: "one" in ns.logs("watcher"))
+    status, answer = ns.request(
+        "PUT", ns.path("configmaps/live"), {"metadata": {"name": "live"}, "data": {"value": "two"}}
+    )
+    assert status == 200, answer
+    wait_for("the updated value in the running container", lambda: "two" in ns.logs("watcher"), timeout_s=60)
+    assert ns.container_status("watcher", "main")["restartCount"] == 0
+
+
+def test_post_start_hook_runs_inside_the_started_container(pod_namespace: Namespace) -> None:
+    ns = pod_namespace
+    container = {
+        **_sh("main", "while [ ! -e /tmp/post-started ]; do sleep 0.1; done; cat /tmp/post-started"),
+        "lifecycle": {
+            "postStart": {"exec": {"command": ["sh", "-c", "echo hook saw $(hostname) > /tmp/post-started"]}}
+        },
+    }
+    ns.pod("hooked", containers=[container], restartPolicy="Never")
+    ns.wait_phase("hooked", "Succeeded")
+    assert ns.logs("hooked") == "hook saw hooked\n"
+
+
+def test_read_only_root_filesystem_leaves_tmp_and_volumes_writable(pod_namespace: Namespace) -> None:
+    ns = pod_namespace
+    script = (
+        "touch /etc/should-fail 2>/dev/null && echo root-writable || echo root-read-only; "
+        "touch /tmp/ok && echo tmp-writable; touch /data/ok && echo volume-writable"
+    )
+    container = {
+        **_sh("main", script, volumeMounts=[{"name": "data", "mountPath": "/data"}]),
+        "securityContext": {"readOnlyRootFilesystem": True},
+    }
+    ns.pod("ro", containers=[container], volumes=[{"name": "data", "emptyDir": {}}], restartPolicy="Never")
+    ns.wait_phase("ro", "Succeeded")
+    assert ns.logs("ro") == "root-read-only\ntmp-writable\nvolume-writable\n"
+    assert not os.path.exists("/etc/should-fail")
+
+
+def test_host_network_pod_uses_the_node_address_and_hostname(
+    agent_bed: harness.AgentHarness, pod_namespace: Namespace
+) -> None:
+    ns = pod_namespace
+    assert agent_bed.bed is not None
+    ns.pod(
+        "hostnet",
+        containers=[_sh("main", "hostname; ip -4 -o addr show eth0")],
+        hostNetwork=True,
+        restartPolicy="Never",
+    )
+    pod = ns.wait_phase("hostnet", "Succeeded")
+    assert pod["status"]["podIP"] == pod["status"]["hostIP"] == agent_bed.bed.node_ip
+    hostname, address = ns.logs("hostnet").splitlines()
+    assert hostname == "node-a"
+    assert f"{agent_bed.bed.node_ip}/24" in address
