@@ -38,6 +38,7 @@ lint: $(STAMP) ## ruff (lint + format check) and mypy --strict on the API and op
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy --strict operator/trainop
 	$(VENV)/bin/mypy --strict tests/controlplane
+	$(VENV)/bin/mypy --strict tests/nodeagent tests/clusterbed
 
 .PHONY: controlplane
 controlplane: ## build (once, cached under ~/.cache/trainop) kube-apiserver, etcd, controller-manager, kubectl, helm

@@ -58,6 +58,15 @@ class ControlPlaneSettings:
     #: Per-phase timeout.
     start_timeout_s: float = 60.0
     extra_apiserver_args: Sequence[str] = ()
+    #: The apiserver's bind and advertise address. Loopback by default; a bed's root-veth address
+    #: (``tests.clusterbed.network``) lets pods reach it, and adds it to the serving certificate.
+    bind_address: str = "127.0.0.1"
+    #: Pass the apiserver its kubelet client certificate and the CA for kubelet serving certificates
+    #: (``kubectl logs``/``exec`` through a node agent).
+    kubelet_client_auth: bool = False
+    #: The controller-manager's ``--controllers``.
+    controllers: Sequence[str] = flags.CONTROLLERS
+    extra_controller_manager_args: Sequence[str] = ()
 
 
 class ControlPlane:
@@ -116,7 +125,7 @@ class ControlPlane:
         self._data_dir = Path(tempfile.mkdtemp(prefix="trainop-controlplane-", dir=root))
         atexit.register(self.stop)
         try:
-            self._pki = pki.generate(self.data_dir / "pki")
+            self._pki = pki.generate(self.data_dir / "pki", extra_serving_ips=(self.settings.bind_address,))
             etcd_url = self._start_etcd()
             self._start_apiserver(etcd_url)
             self._install_crds()
@@ -235,18 +244,21 @@ class ControlPlane:
                     cert_dir=self.data_dir / "apiserver-certs",
                     tls=tls,
                     extra=self.settings.extra_apiserver_args,
+                    bind_address=self.settings.bind_address,
+                    kubelet_client_auth=self.settings.kubelet_client_auth,
                 ),
             ]
 
+        host = self.settings.bind_address
         ports = self._start_with_free_ports(
             "kube-apiserver",
             num_ports=1,
             argv_for=argv,
             ready=lambda ports: (
-                processes.https_status(f"https://127.0.0.1:{ports[0]}/readyz", ssl_context=context)[0] == 200
+                processes.https_status(f"https://{host}:{ports[0]}/readyz", ssl_context=context)[0] == 200
             ),
         )
-        self.server_url = f"https://127.0.0.1:{ports[0]}"
+        self.server_url = f"https://{host}:{ports[0]}"
         self.kubeconfig_path = kubeconfig.write(
             self.data_dir / "kubeconfig",
             server=self.server_url,
@@ -280,6 +292,8 @@ class ControlPlane:
                     port=ports[0],
                     cert_dir=self.data_dir / "controller-manager-certs",
                     tls=tls,
+                    controllers=self.settings.controllers,
+                    extra=self.settings.extra_controller_manager_args,
                 ),
             ]
 

@@ -10,6 +10,7 @@ controller-manager's controllers act under their own bootstrap RBAC roles.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -45,12 +46,34 @@ def etcd_args(*, data_dir: Path, client_port: int, peer_port: int) -> list[str]:
 
 
 def apiserver_args(
-    *, etcd_url: str, port: int, cert_dir: Path, tls: pki.ControlPlanePKI, extra: Sequence[str] = ()
+    *,
+    etcd_url: str,
+    port: int,
+    cert_dir: Path,
+    tls: pki.ControlPlanePKI,
+    extra: Sequence[str] = (),
+    bind_address: str = "127.0.0.1",
+    kubelet_client_auth: bool = False,
 ) -> list[str]:
+    """``bind_address`` other than loopback (a bed's root veth) also turns the endpoint reconciler on, so
+    the ``kubernetes`` Service points at it; ``kubelet_client_auth`` adds the flags with which the
+    apiserver reaches kubelet endpoints (``kubectl logs``/``exec``): its client certificate, and the
+    cluster CA to verify the kubelet's serving certificate, at the node's InternalIP."""
+    loopback = ipaddress.ip_address(bind_address).is_loopback
+    kubelet = (
+        [
+            f"--kubelet-client-certificate={tls.kubelet_client.cert_path}",
+            f"--kubelet-client-key={tls.kubelet_client.key_path}",
+            f"--kubelet-certificate-authority={tls.ca_cert_path}",
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
+        ]
+        if kubelet_client_auth
+        else []
+    )
     return [
         f"--etcd-servers={etcd_url}",
-        "--bind-address=127.0.0.1",
-        "--advertise-address=127.0.0.1",
+        f"--bind-address={bind_address}",
+        f"--advertise-address={bind_address}",
         f"--secure-port={port}",
         f"--cert-dir={cert_dir}",
         f"--tls-cert-file={tls.serving.cert_path}",
@@ -65,14 +88,22 @@ def apiserver_args(
         "--allow-privileged=true",
         "--profiling=false",
         # Since 1.37 the endpoint reconciler refuses a loopback advertise address; nothing runs
-        # in-cluster that would use the `kubernetes` Service endpoints anyway.
-        "--endpoint-reconciler-type=none",
+        # in-cluster that would use the `kubernetes` Service endpoints anyway. On a bed address pods
+        # do reach the apiserver through that Service, so its endpoints are kept (lease reconciler).
+        "--endpoint-reconciler-type=none" if loopback else "--endpoint-reconciler-type=lease",
+        *kubelet,
         *extra,
     ]
 
 
 def controller_manager_args(
-    *, kubeconfig: Path, port: int, cert_dir: Path, tls: pki.ControlPlanePKI
+    *,
+    kubeconfig: Path,
+    port: int,
+    cert_dir: Path,
+    tls: pki.ControlPlanePKI,
+    controllers: Sequence[str] = CONTROLLERS,
+    extra: Sequence[str] = (),
 ) -> list[str]:
     return [
         # No --authentication/authorization-kubeconfig: delegated auth would poll for a request-header
@@ -83,7 +114,7 @@ def controller_manager_args(
         f"--secure-port={port}",
         f"--cert-dir={cert_dir}",
         "--leader-elect=false",
-        f"--controllers={','.join(CONTROLLERS)}",
+        f"--controllers={','.join(controllers)}",
         # Each controller acts as its own ServiceAccount under the bootstrap RBAC roles, as in kubeadm
         # clusters, instead of one all-powerful identity.
         "--use-service-account-credentials=true",
@@ -92,4 +123,5 @@ def controller_manager_args(
         # Namespace teardown deletes every resource type; the default QPS (20) makes it crawl.
         "--kube-api-qps=200",
         "--kube-api-burst=400",
+        *extra,
     ]

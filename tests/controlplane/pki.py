@@ -53,6 +53,8 @@ class ControlPlanePKI:
     serving: CertKeyPair
     admin: CertKeyPair
     controller_manager: CertKeyPair
+    #: The apiserver's client certificate towards kubelets (``--kubelet-client-certificate``): logs, exec.
+    kubelet_client: CertKeyPair
     service_account_public_key_path: Path
     service_account_private_key_path: Path
 
@@ -163,8 +165,14 @@ def _issue_pair(
     return pair
 
 
-def generate(directory: Path, *, admin_user: str = "trainop-admin") -> ControlPlanePKI:
-    """Create a fresh CA and every certificate/key the control plane needs under ``directory``."""
+def generate(
+    directory: Path, *, admin_user: str = "trainop-admin", extra_serving_ips: tuple[str, ...] = ()
+) -> ControlPlanePKI:
+    """Create a fresh CA and every certificate/key the control plane needs under ``directory``.
+
+    ``extra_serving_ips``: more addresses the apiserver's serving certificate is valid for (a bind
+    address other than loopback).
+    """
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     ca_key = _new_key()
     ca_cert = _issue(
@@ -186,7 +194,7 @@ def generate(directory: Path, *, admin_user: str = "trainop-admin") -> ControlPl
         subject=_name("kube-apiserver"),
         usages=(ExtendedKeyUsageOID.SERVER_AUTH,),
         dns_names=SERVING_DNS_NAMES,
-        ips=SERVING_IPS,
+        ips=SERVING_IPS + tuple(ip for ip in extra_serving_ips if ip not in SERVING_IPS),
     )
     admin = _issue_pair(
         directory,
@@ -202,6 +210,14 @@ def generate(directory: Path, *, admin_user: str = "trainop-admin") -> ControlPl
         ca_cert=ca_cert,
         ca_key=ca_key,
         subject=_name("system:kube-controller-manager"),
+        usages=(ExtendedKeyUsageOID.CLIENT_AUTH,),
+    )
+    kubelet_client = _issue_pair(
+        directory,
+        "apiserver-kubelet-client",
+        ca_cert=ca_cert,
+        ca_key=ca_key,
+        subject=_name("kube-apiserver-kubelet-client"),
         usages=(ExtendedKeyUsageOID.CLIENT_AUTH,),
     )
 
@@ -220,6 +236,56 @@ def generate(directory: Path, *, admin_user: str = "trainop-admin") -> ControlPl
         serving=serving,
         admin=admin,
         controller_manager=controller_manager,
+        kubelet_client=kubelet_client,
         service_account_public_key_path=sa_public,
         service_account_private_key_path=sa_private,
+    )
+
+
+def _load_ca(tls: ControlPlanePKI) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    ca_cert = x509.load_pem_x509_certificate(tls.ca_cert_path.read_bytes())
+    ca_key = serialization.load_pem_private_key(tls.ca_key_path.read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise TypeError(f"{tls.ca_key_path} is not an EC key")
+    return ca_cert, ca_key
+
+
+def issue_client_cert(
+    tls: ControlPlanePKI, directory: Path, *, stem: str, common_name: str, organizations: tuple[str, ...] = ()
+) -> CertKeyPair:
+    """A client certificate from the cluster CA, e.g. a node's (``system:node:<name>``, ``system:nodes``)."""
+    ca_cert, ca_key = _load_ca(tls)
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return _issue_pair(
+        directory,
+        stem,
+        ca_cert=ca_cert,
+        ca_key=ca_key,
+        subject=_name(common_name, organizations),
+        usages=(ExtendedKeyUsageOID.CLIENT_AUTH,),
+    )
+
+
+def issue_serving_cert(
+    tls: ControlPlanePKI,
+    directory: Path,
+    *,
+    stem: str,
+    common_name: str,
+    ips: tuple[str, ...] = (),
+    dns_names: tuple[str, ...] = (),
+) -> CertKeyPair:
+    """A serving certificate from the cluster CA, e.g. a kubelet endpoint's (what the apiserver verifies
+    with ``--kubelet-certificate-authority``)."""
+    ca_cert, ca_key = _load_ca(tls)
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return _issue_pair(
+        directory,
+        stem,
+        ca_cert=ca_cert,
+        ca_key=ca_key,
+        subject=_name(common_name),
+        usages=(ExtendedKeyUsageOID.SERVER_AUTH,),
+        dns_names=dns_names,
+        ips=ips,
     )
