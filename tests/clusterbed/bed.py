@@ -8,9 +8,10 @@
    NodeRestriction admission plugin, and kube-controller-manager running **every** default controller
    (Deployments, ReplicaSets, Jobs, EndpointSlices, PV binding, claim protection, node lifecycle, pod GC…);
 3. kube-scheduler (real binding decisions: resources, selectors, taints, volume topology);
-4. kube-proxy in the bed netns (iptables mode: Service ClusterIPs, the ``kubernetes`` Service included);
-5. the node-local volume provisioner (``provisioner``: the default StorageClass);
-6. the node agent (``tests.nodeagent``: the one declared stand-in, kubelet + container runtime);
+4. the node-local volume provisioner (``provisioner``: the default StorageClass);
+5. the node agent (``tests.nodeagent``: the one declared stand-in, kubelet + container runtime);
+6. kube-proxy in the bed netns (iptables mode: Service ClusterIPs, the ``kubernetes`` Service included),
+   once the agent has registered the Node it runs for;
 7. add-ons applied as a cluster admin would: CoreDNS (``addons/coredns.yaml``) and KubeRay from its own
    kustomize install (``config/default``: its CRDs, RBAC and the controller's Deployment).
 
@@ -42,6 +43,7 @@ from tests.clusterbed import images, network, provisioner
 from tests.controlplane import assets as assets_module
 from tests.controlplane import cluster as controlplane
 from tests.controlplane import kubeconfig, pki, processes
+from tests.nodeagent import control, harness
 
 ADDONS_DIR = Path(__file__).resolve().parent / "addons"
 #: The kube-dns Service's ClusterIP (addons/coredns.yaml); the node agent writes it into pods' resolv.conf.
@@ -53,7 +55,10 @@ BED_CONTROLLERS = ("*",)
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class NodeSpec:
-    """One node the agent registers: its name, what the scheduler may place on it, labels and taints."""
+    """One node the agent registers: its name, what the scheduler may place on it, labels and taints.
+
+    Capacity is what the scheduler sees, not what this 2-core machine has: the pods' processes share the
+    machine's real CPUs (memory limits are real cgroup limits)."""
 
     name: str
     cpu: str = "16"
@@ -64,15 +69,10 @@ class NodeSpec:
     taints: tuple[dict[str, str], ...] = ()
 
     def to_config(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "cpu": self.cpu,
-            "memory": self.memory,
-            "pods": self.pods,
-            "gpus": self.gpus,
-            "labels": self.labels,
-            "taints": list(self.taints),
-        }
+        capacity: dict[str, str] = {"cpu": self.cpu, "memory": self.memory, "pods": str(self.pods)}
+        if self.gpus:
+            capacity["nvidia.com/gpu"] = str(self.gpus)
+        return {"name": self.name, "capacity": capacity, "labels": self.labels, "taints": list(self.taints)}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -92,6 +92,9 @@ class BedFailed(RuntimeError):
 
 
 class ClusterBed:
+    """The whole cluster; ``harness`` (``tests.nodeagent.harness``) owns the network, the control plane and
+    the node agent, this class adds the scheduler, kube-proxy, the provisioner and the add-ons."""
+
     def __init__(
         self,
         *,
@@ -102,12 +105,23 @@ class ClusterBed:
         self.assets = assets
         self.extra = extra
         self.settings = settings or BedSettings()
-        self.network: network.BedNetwork | None = None
-        self.plane: controlplane.ControlPlane | None = None
+        self.harness = harness.AgentHarness(
+            assets=assets,
+            settings=harness.HarnessSettings(
+                nodes=[node.to_config() for node in self.settings.nodes],
+                images=images.image_map(extra=extra)["images"],
+                controllers=BED_CONTROLLERS,
+                extra_apiserver_args=tuple(self.settings.extra_apiserver_args),
+                crd_paths=tuple(self.settings.crd_paths),
+                keep_data_dir=self.settings.keep_data_dir,
+                # Short enough that a lost node shows in seconds, long enough for 2 busy cores.
+                lease_duration_s=20,
+                node_monitor_grace_period_s=20,
+            ),
+        )
         self._processes: dict[str, processes.ManagedProcess] = {}
         #: Seconds since start when each part was ready, for docs/e2e.md's start-up figures.
         self.timings: dict[str, float] = {}
-        self.agent_control_url = ""
 
     # ------------------------------------------------------------------------------------ lifecycle
     def __enter__(self) -> ClusterBed:
@@ -117,6 +131,21 @@ class ClusterBed:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
+    @property
+    def plane(self) -> controlplane.ControlPlane:
+        assert self.harness.plane is not None, "bed not started"
+        return self.harness.plane
+
+    @property
+    def network(self) -> network.BedNetwork:
+        assert self.harness.bed is not None, "bed not started"
+        return self.harness.bed
+
+    @property
+    def control(self) -> control.AgentControl:
+        """The node agent's test hooks (kill a container, freeze a process, lose a node)."""
+        return self.harness.control
+
     def start(self) -> None:
         started = time.monotonic()
 
@@ -124,34 +153,16 @@ class ClusterBed:
             self.timings[what] = round(time.monotonic() - started, 2)
 
         try:
-            self.network = network.BedNetwork.create()
-            mark("network")
-            self.plane = controlplane.ControlPlane(
-                assets=self.assets,
-                settings=controlplane.ControlPlaneSettings(
-                    crd_paths=self.settings.crd_paths,
-                    install_kuberay_crds=False,  # KubeRay's own install brings all four of its CRDs
-                    keep_data_dir=self.settings.keep_data_dir,
-                    bind_address=self.network.apiserver_ip,
-                    kubelet_client_auth=True,
-                    controllers=BED_CONTROLLERS,
-                    extra_controller_manager_args=self._controller_manager_args(),
-                    extra_apiserver_args=(
-                        "--enable-admission-plugins=NodeRestriction",
-                        *self.settings.extra_apiserver_args,
-                    ),
-                ),
-            )
-            self.plane.start()
-            mark("control plane")
+            self.harness.start()  # network, control plane, node agent (nodes registered)
+            mark("control plane + node agent")
             self._start_scheduler()
             mark("kube-scheduler")
-            self._start_kube_proxy()
-            mark("kube-proxy")
             self._start_provisioner()
-            self._start_node_agent()
             self._wait_nodes_ready()
             mark("nodes Ready")
+            # kube-proxy waits for its Node's addresses before it programs anything (30 s otherwise).
+            self._start_kube_proxy()
+            mark("kube-proxy")
             if self.settings.install_coredns:
                 self.kubectl("apply", "--server-side", "-f", str(ADDONS_DIR / "coredns.yaml"))
             if self.settings.install_kuberay:
@@ -165,39 +176,28 @@ class ClusterBed:
                 self._wait_rollout("default", "kuberay-operator")
                 mark("KubeRay ready")
         except BaseException:
-            self.stop(keep_data_dir=True)
+            self.stop()
             raise
         mark("total")
 
-    def stop(self, *, keep_data_dir: bool | None = None) -> None:
-        """Node agent first (it stops every pod), then the add-on processes, the control plane, the network."""
-        for name in ("node-agent", "provisioner", "kube-proxy", "kube-scheduler"):
+    def stop(self) -> None:
+        """The add-on processes, then the harness (node agent: every pod; control plane; network)."""
+        for name in ("provisioner", "kube-proxy", "kube-scheduler"):
             if (process := self._processes.pop(name, None)) is not None:
-                process.stop(grace_s=30 if name == "node-agent" else 10)
-        if self.plane is not None:
-            self.plane.stop(keep_data_dir=keep_data_dir)
-            self.plane = None
-        if self.network is not None:
-            self.network.destroy()
-            self.network = None
+                process.stop(grace_s=10)
+        self.harness.stop()
 
     # ----------------------------------------------------------------------------------- components
     @property
     def data_dir(self) -> Path:
-        assert self.plane is not None, "bed not started"
         return self.plane.data_dir
 
     def _log_path(self, name: str) -> Path:
         return self.data_dir / "logs" / f"{name}.log"
 
-    def _kubeconfig_for(self, stem: str, common_name: str, organizations: tuple[str, ...] = ()) -> Path:
-        assert self.plane is not None
+    def _kubeconfig_for(self, stem: str, common_name: str) -> Path:
         pair = pki.issue_client_cert(
-            self.plane.pki,
-            self.data_dir / "pki",
-            stem=stem,
-            common_name=common_name,
-            organizations=organizations,
+            self.plane.pki, self.data_dir / "pki", stem=stem, common_name=common_name
         )
         return kubeconfig.write(
             self.data_dir / f"{stem}.kubeconfig",
@@ -208,17 +208,7 @@ class ClusterBed:
             user=common_name,
         )
 
-    def _controller_manager_args(self) -> list[str]:
-        return [
-            # The CSR signer (kubelet serving/client certificates) signs with the cluster CA; the files
-            # are the control plane's own (pki.py), passed once the plane knows its data dir.
-            # Node loss is noticed in 20 s rather than 50 s: the agent renews its Lease every 5 s.
-            "--node-monitor-grace-period=20s",
-            "--node-monitor-period=2s",
-        ]
-
     def _start_scheduler(self) -> None:
-        assert self.assets.kube_apiserver is not None
         config = self._kubeconfig_for("scheduler", "system:kube-scheduler")
         port = processes.free_loopback_port()
         process = processes.ManagedProcess.start(
@@ -226,8 +216,8 @@ class ClusterBed:
             argv=[
                 str(self.extra.kube_scheduler),
                 f"--kubeconfig={config}",
-                # Delegated authn/z for its own /healthz is not needed on loopback; the scheduler then
-                # treats every request to its port as anonymous, and /healthz is always allowed.
+                # No delegated authn/z for its own port: /healthz is always allowed, and nothing else is
+                # asked of it on loopback.
                 "--leader-elect=false",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={port}",
@@ -238,13 +228,14 @@ class ClusterBed:
         self._processes["kube-scheduler"] = process
         insecure = _insecure_context()
         process.wait_healthy(
-            lambda: processes.https_status(f"https://127.0.0.1:{port}/healthz", ssl_context=insecure)[0] == 200,
+            lambda: (
+                processes.https_status(f"https://127.0.0.1:{port}/healthz", ssl_context=insecure)[0] == 200
+            ),
             timeout_s=self.settings.start_timeout_s,
             what="did not become healthy",
         )
 
     def _start_kube_proxy(self) -> None:
-        assert self.network is not None
         config = self._kubeconfig_for("kube-proxy", "system:kube-proxy")
         node_ip = self.network.node_ip
         healthz = processes.free_loopback_port()
@@ -264,6 +255,8 @@ class ClusterBed:
                     f"--metrics-bind-address={node_ip}:{metrics}",
                     # Leave the VM kernel's conntrack table size alone (it is not ours to resize).
                     "--conntrack-max-per-core=0",
+                    # NodePorts only on the node's own address, not on every address of the bed netns.
+                    "--nodeport-addresses=primary",
                 ]
             ),
             log_path=self._log_path("kube-proxy"),
@@ -277,7 +270,6 @@ class ClusterBed:
         )
 
     def _start_provisioner(self) -> None:
-        assert self.plane is not None
         self.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(provisioner.storage_class()))
         self._processes["provisioner"] = processes.ManagedProcess.start(
             name="provisioner",
@@ -292,37 +284,14 @@ class ClusterBed:
             env={**os.environ, "PYTHONPATH": str(controlplane.REPO_ROOT)},
         )
 
-    def _start_node_agent(self) -> None:
-        assert self.plane is not None and self.network is not None
-        image_file = self.data_dir / "images.json"
-        image_file.write_text(json.dumps(images.image_map(extra=self.extra), indent=2))
-        node_file = self.data_dir / "nodes.json"
-        node_file.write_text(json.dumps([node.to_config() for node in self.settings.nodes], indent=2))
-        control_port = processes.free_loopback_port()
-        self.agent_control_url = f"http://127.0.0.1:{control_port}"
-        self._processes["node-agent"] = processes.ManagedProcess.start(
-            name="node-agent",
-            argv=[
-                sys.executable,
-                "-m",
-                "tests.nodeagent",
-                f"--kubeconfig={self.plane.kubeconfig_path}",
-                f"--bed-id={self.network.bed_id}",
-                f"--nodes-file={node_file}",
-                f"--images={image_file}",
-                f"--state-dir={self.data_dir / 'node-agent'}",
-                f"--cluster-dns={CLUSTER_DNS_IP}",
-                f"--control-port={control_port}",
-            ],
-            log_path=self._log_path("node-agent"),
-            env={**os.environ, "PYTHONPATH": str(controlplane.REPO_ROOT)},
-        )
-
     # -------------------------------------------------------------------------------------- waiting
     def _wait(self, what: str, ready: Callable[[], bool], *, timeout_s: float | None = None) -> None:
         deadline = time.monotonic() + (timeout_s or self.settings.start_timeout_s)
         while not ready():
-            for name, process in self._processes.items():
+            running = dict(self._processes)
+            if self.harness.process is not None:
+                running["node-agent"] = self.harness.process
+            for name, process in running.items():
                 if not process.is_running():
                     raise BedFailed(f"{name} exited while waiting for {what}:\n{process.log_tail()}")
             if time.monotonic() > deadline:
@@ -357,15 +326,14 @@ class ClusterBed:
 
     # -------------------------------------------------------------------------------------- clients
     def api_client(self) -> kubernetes.client.ApiClient:
-        assert self.plane is not None, "bed not started"
         return self.plane.api_client()
 
     def kubectl(self, *args: str, **kwargs: Any) -> Any:
-        assert self.plane is not None, "bed not started"
         return self.plane.kubectl(*args, **kwargs)
 
     def log_tails(self, *, num_lines: int = 30) -> str:
-        parts = [self.plane.log_tails(num_lines=num_lines)] if self.plane is not None else []
+        parts = [self.plane.log_tails(num_lines=num_lines)] if self.harness.plane is not None else []
+        parts.append(f"----- node agent -----\n{self.harness.log_tail(num_lines)}")
         parts += [
             f"----- {name} ({process.log_path}) -----\n{process.log_tail(num_lines=num_lines)}"
             for name, process in self._processes.items()

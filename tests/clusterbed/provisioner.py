@@ -91,8 +91,7 @@ def wants_volume(claim: dict[str, Any], classes: dict[str, dict[str, Any]]) -> b
         and not spec.get("volumeName")
         and not meta.get("deletionTimestamp")
         and SELECTED_NODE in annotations
-        and PROVISIONER
-        in (annotations.get(STORAGE_PROVISIONER), annotations.get(BETA_STORAGE_PROVISIONER))
+        and PROVISIONER in (annotations.get(STORAGE_PROVISIONER), annotations.get(BETA_STORAGE_PROVISIONER))
     )
 
 
@@ -142,8 +141,7 @@ class NodeLocalProvisioner:
         import json
 
         body = json.loads(listed.data)
-        for item in body.get("items") or ():
-            yield item
+        yield from body.get("items") or ()
         for event in watch.stream(
             list_fn, resource_version=body["metadata"]["resourceVersion"], timeout_seconds=300
         ):

@@ -52,6 +52,12 @@ class HarnessSettings:
     node_monitor_grace_period_s: int = 10
     root_dir: Path | None = None
     keep_data_dir: bool = False
+    #: kube-controller-manager's controllers (the cluster bed runs every default one).
+    controllers: Sequence[str] = NODE_CONTROLLERS
+    #: More kube-apiserver flags (the e2e tier's audit log).
+    extra_apiserver_args: Sequence[str] = ()
+    #: CRDs installed once the apiserver is ready.
+    crd_paths: Sequence[Path] = ()
 
 
 class AgentHarness:
@@ -91,12 +97,16 @@ class AgentHarness:
             assets=self.assets,
             settings=cluster.ControlPlaneSettings(
                 install_kuberay_crds=False,
+                crd_paths=settings.crd_paths,
                 root_dir=settings.root_dir,
                 keep_data_dir=settings.keep_data_dir,
                 bind_address=self.bed.apiserver_ip,
                 kubelet_client_auth=True,
-                controllers=NODE_CONTROLLERS,
-                extra_apiserver_args=("--enable-admission-plugins=NodeRestriction",),
+                controllers=settings.controllers,
+                extra_apiserver_args=(
+                    "--enable-admission-plugins=NodeRestriction",
+                    *settings.extra_apiserver_args,
+                ),
                 extra_controller_manager_args=(
                     f"--node-monitor-grace-period={settings.node_monitor_grace_period_s}s",
                     "--node-monitor-period=1s",

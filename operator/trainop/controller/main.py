@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -104,6 +106,9 @@ async def serve(
             clusterwide=namespaces is None,
             namespaces=list(namespaces or ()),
             liveness_endpoint=f"http://0.0.0.0:{liveness_port}/healthz" if liveness_port else None,
+            # kopf would otherwise derive its identity from getpass.getuser(), which raises for a uid
+            # without a passwd entry -- the chart's 65532 in a slim image (found on the cluster bed).
+            identity=own_identity(),
             standalone=peering is None,
             peering_name=peering,
             stop_flag=stop_flag,
@@ -113,6 +118,11 @@ async def serve(
         await runtime.stop()
         with contextlib.suppress(Exception):
             await client.close()
+
+
+def own_identity() -> str:
+    """This operator's name among its peers: the pod's name (the chart's POD_NAME), else host and pid."""
+    return os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
 
 
 def _register_login(registry: kopf.OperatorRegistry, kubeconfig: str | None) -> None:
