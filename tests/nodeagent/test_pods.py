@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import os
+import pty
 import subprocess
 import time
 
@@ -609,6 +610,40 @@ def test_kubectl_exec_runs_in_the_container_with_stdin_and_returns_its_exit_code
         "exec", "-i", "-n", ns.name, "shell", "--", "sh", "-c", "tr a-z A-Z", input="over stdin\n"
     )
     assert piped.stdout == "OVER STDIN\n"
+
+
+def test_kubectl_exec_with_a_terminal_gives_the_command_a_tty(pod_namespace: Namespace) -> None:
+    ns = pod_namespace
+    ns.pod("term", containers=[_sh("main", "sleep 60")])
+    ns.wait_phase("term", "Running")
+    # kubectl asks for a terminal only when its own stdin is one: give it a pseudo-terminal.
+    master, slave = pty.openpty()
+    try:
+        result = subprocess.run(
+            [
+                str(ns.plane.assets.kubectl),
+                "exec",
+                "-it",
+                "-n",
+                ns.name,
+                "term",
+                "--",
+                "sh",
+                "-c",
+                "tty; stty size",
+            ],
+            env=ns.plane.tool_env(),
+            stdin=slave,
+            capture_output=True,
+            timeout=60,
+        )
+    finally:
+        os.close(slave)
+        os.close(master)
+    lines = result.stdout.decode().replace("\r", "").splitlines()
+    assert result.returncode == 0, result.stderr
+    assert lines[0].startswith("/dev/pts/")
+    assert len(lines[1].split()) == 2  # rows and columns of the (resizable) terminal
 
 
 # ----------------------------------------------------------------------------------- node loss
