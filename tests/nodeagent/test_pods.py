@@ -13,6 +13,7 @@ import os
 import pty
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -575,7 +576,7 @@ def test_kubectl_logs_serves_previous_runs_and_follows_a_running_container(pod_n
 
 
 def test_kubectl_exec_runs_in_the_container_with_stdin_and_returns_its_exit_code(
-    pod_namespace: Namespace,
+    pod_namespace: Namespace, tmp_path: Path
 ) -> None:
     ns = pod_namespace
     ns.pod(
@@ -610,6 +611,11 @@ def test_kubectl_exec_runs_in_the_container_with_stdin_and_returns_its_exit_code
         "exec", "-i", "-n", ns.name, "shell", "--", "sh", "-c", "tr a-z A-Z", input="over stdin\n"
     )
     assert piped.stdout == "OVER STDIN\n"
+    source = tmp_path / "copied.txt"
+    source.write_text("through kubectl cp\n")
+    ns.plane.kubectl("cp", str(source), f"{ns.name}/shell:/tmp/copied.txt")  # tar over exec stdin
+    copied = ns.plane.kubectl("exec", "-n", ns.name, "shell", "--", "cat", "/tmp/copied.txt")
+    assert copied.stdout == "through kubectl cp\n"
 
 
 def test_kubectl_exec_with_a_terminal_gives_the_command_a_tty(pod_namespace: Namespace) -> None:
