@@ -229,7 +229,7 @@ class PodWorker(threading.Thread):
                 continue
             initialized = False
             if container["name"] not in self.instances and not (terminated and policy == "Never"):
-                self._try_start(container, restart_wanted=True)
+                self._try_start(container)
             break
         if initialized:
             for container in spec["containers"]:
@@ -243,7 +243,7 @@ class PodWorker(threading.Thread):
                     or (policy == "OnFailure" and terminated["exitCode"] != 0)
                 )
                 if wanted:
-                    self._try_start(container, restart_wanted=True)
+                    self._try_start(container)
         phase = self._phase()
         if phase in status_module.TERMINAL_PHASES:
             self._terminal = True
@@ -299,7 +299,7 @@ class PodWorker(threading.Thread):
         return True
 
     # ------------------------------------------------------------------------------- starting
-    def _try_start(self, container: JSON, *, restart_wanted: bool) -> None:
+    def _try_start(self, container: JSON) -> None:
         name = container["name"]
         record = self.records[name]
         now = time.time()

@@ -383,6 +383,7 @@ def test_crashing_container_restarts_then_backs_off_and_on_failure_stops_at_succ
         containers=[
             _sh(
                 "main",
+                "ip -4 -o addr show eth0 | awk '{print $4}'; "
                 "[ -e /scratch/tried ] && exit 0; touch /scratch/tried; exit 2",
                 volumeMounts=[{"name": "s", "mountPath": "/scratch"}],
             )
@@ -394,6 +395,9 @@ def test_crashing_container_restarts_then_backs_off_and_on_failure_stops_at_succ
     status = pod["status"]["containerStatuses"][0]
     assert status["restartCount"] == 1
     assert status["lastState"]["terminated"]["exitCode"] == 2
+    # The restarted container runs in the same sandbox: same netns, same IP.
+    first_run, second_run = ns.logs("retry", "--previous"), ns.logs("retry")
+    assert first_run == second_run == f"{pod['status']['podIP']}/24\n"
 
 
 def test_memory_limit_is_enforced_and_reported_as_oomkilled(pod_namespace: Namespace) -> None:
