@@ -3,7 +3,8 @@
 Owns, for a bed with id X (1..200), allocated by holding ``flock`` on ``/run/trainop-bed/X.lock``:
 
 - in the root netns (pytest, etcd, kube-apiserver, controllers): veth ``tbXr`` 172.29.X.1/24 and a route
-  to the pods, 10.244.X.0/24 via 172.29.X.2. The apiserver binds 172.29.X.1;
+  to the pods, 10.244.X.0/24 via 172.29.X.2 (optionally the Service CIDR too). The apiserver binds
+  172.29.X.1;
 - the bed netns ``trainop-bX``, the nodes' shared "host network": lo, ``eth0`` 172.29.X.2/24 (the veth
   peer), bridge ``cbr0`` 10.244.X.1/24, ip_forward=1 and bridge-nf-call-iptables=1 (kube-proxy's rules
   must also see pod-to-pod traffic crossing the bridge). The node agent and hostNetwork pods live here;
@@ -239,20 +240,27 @@ def cleanup_leftovers() -> list[int]:
 class BedNetwork:
     """One bed's network, created by :meth:`create` and removed by :meth:`destroy` (or ``with``)."""
 
-    def __init__(self, addresses: BedAddresses, lock_fd: int) -> None:
+    def __init__(self, addresses: BedAddresses, lock_fd: int, *, service_cidr: str | None = None) -> None:
         self.addresses = addresses
+        self.service_cidr = service_cidr
         self._lock_fd: int | None = lock_fd
 
     @classmethod
-    def create(cls, *, bed_id: int | None = None) -> BedNetwork:
-        """Clean leftovers of dead beds, take the first free id (or ``bed_id``) and build the network."""
+    def create(cls, *, bed_id: int | None = None, service_cidr: str | None = None) -> BedNetwork:
+        """Clean leftovers of dead beds, take the first free id (or ``bed_id``) and build the network.
+
+        ``service_cidr``: also route the cluster's Service CIDR from the root netns into the bed, so
+        ClusterIPs (kube-proxy's rules live in the bed netns) answer from the host too. Every bed uses the
+        same Service CIDR, so only one bed on a machine can have this route; a second one fails saying so
+        (``run_in_bed_netns`` reaches ClusterIPs without it).
+        """
         cleanup_leftovers()
         candidates: Sequence[int] = (bed_id,) if bed_id is not None else range(1, MAX_BED_ID + 1)
         for candidate in candidates:
             fd = _try_lock(candidate)
             if fd is None:
                 continue
-            bed = cls(BedAddresses(candidate), fd)
+            bed = cls(BedAddresses(candidate), fd, service_cidr=service_cidr)
             try:
                 _remove_bed(candidate)  # a leftover created between cleanup and our lock
                 bed._build()
@@ -298,6 +306,13 @@ class BedNetwork:
             check=True,
         )
         ip("route", "add", a.pod_cidr, "via", a.node_ip, "dev", a.root_veth)
+        if self.service_cidr is not None:
+            result = ip("route", "add", self.service_cidr, "via", a.node_ip, "dev", a.root_veth, check=False)
+            if result.returncode != 0:
+                raise NetworkError(
+                    f"cannot route the Service CIDR {self.service_cidr} into bed {a.bed_id}: "
+                    f"{result.stderr.strip()} (another bed has it; create this bed without service_cidr)"
+                )
 
     def destroy(self) -> None:
         """Remove the bed's namespaces (with the processes inside), veths and route; release the id."""

@@ -92,12 +92,11 @@ def clean_leftovers(bed_id: int, state_dir: Path) -> None:
             network.kill_netns_processes(name)
             network.ip("netns", "del", name, check=False)
     cgroups.remove_bed_tree(bed_id)
-    removed = mountpoints.remove_leftovers(bed_id)
     for other in cgroups.bed_ids_with_groups():
         if other != bed_id and not network.bed_is_live(other):
             cgroups.remove_bed_tree(other)
-            removed += mountpoints.remove_leftovers(other)
     volumes.unmount_all_under(state_dir / "pods")
+    removed = mountpoints.remove_leftovers(bed_id)
     if removed:
         log.info("removed %d mountpoints left by a previous agent", len(removed))
 

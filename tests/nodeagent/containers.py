@@ -235,6 +235,50 @@ def _sh_quote(text: str) -> str:
 
 
 # ----------------------------------------------------------------------------------- environment
+def configure(
+    *,
+    pod: JSON,
+    container: JSON,
+    image: images.Image,
+    sources: env_module.EnvSources,
+    hostname: str,
+    sandbox: SandboxFiles,
+    pod_volumes: Mapping[str, volumes.HostVolume],
+    termination_log: Path,
+    bin_wrappers: Path | None,
+) -> tuple[MountPlan, runtime.ProcessSpec, Identity]:
+    """Everything a container needs to start, or ConfigError / env.EnvError with the kubelet's words.
+
+    ``pod`` carries the status the agent assigned (podIP, hostIP) for the downward API.
+    """
+    container_env = env_module.container_env(pod, container, sources)
+    who = identity(pod, container, image)
+    argv = env_module.command_line(
+        container, image_entrypoint=image.entrypoint, image_cmd=image.cmd, env=container_env
+    )
+    if not argv:
+        raise ConfigError("no command specified: the image has no entrypoint and the container no command")
+    process = runtime.ProcessSpec(
+        argv=tuple(argv),
+        env=process_env(image=image, container_env=container_env, hostname=hostname, uid=who.uid),
+        cwd=container.get("workingDir") or image.working_dir or "/",
+        uid=who.uid,
+        gid=who.gid,
+        groups=who.groups,
+    )
+    plan = plan_mounts(
+        container=container,
+        identity=who,
+        image=image,
+        sandbox=sandbox,
+        pod_volumes=pod_volumes,
+        termination_log=termination_log,
+        bin_wrappers=bin_wrappers,
+        env=container_env,
+    )
+    return plan, process, who
+
+
 def process_env(
     *, image: images.Image, container_env: Mapping[str, str], hostname: str, uid: int
 ) -> dict[str, str]:

@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 JSON = dict[str, Any]
 
 NORMAL, WARNING = "Normal", "Warning"
+_MAX_CORRELATED = 4096
 
 
 class EventRecorder:
@@ -110,4 +111,6 @@ class EventRecorder:
                 "count": 1,
             },
         )
+        if len(self._seen) >= _MAX_CORRELATED:  # bounded memory; a repeat after this starts a new event
+            self._seen.clear()
         self._seen[key] = (name, namespace, 1)

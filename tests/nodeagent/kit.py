@@ -122,8 +122,15 @@ class Namespace:
         assert status == 200, listed
         return list(listed["items"])
 
-    def event_reasons(self, name: str) -> list[str]:
-        return [event["reason"] for event in self.events(name)]
+    def wait_events(self, name: str, reasons: set[str]) -> list[JSON]:
+        """The pod's events once all of ``reasons`` are there (the agent sends them off its pod thread,
+        so they may trail the status they explain)."""
+
+        def complete() -> list[JSON] | None:
+            events = self.events(name)
+            return events if reasons <= {event["reason"] for event in events} else None
+
+        return wait_for(f"events {sorted(reasons)} of {name}", complete, timeout_s=30)
 
     def delete(self, resource: str, grace_s: int | None = None) -> None:
         body = {"gracePeriodSeconds": grace_s} if grace_s is not None else None

@@ -11,8 +11,9 @@ Routes:
   (``logs.py``), what ``kubectl logs [-f] [--previous] [--tail]`` calls;
 - ``GET|POST /exec/<ns>/<pod>/<container>?command=...&input=1``: WebSocket ``v5.channel.k8s.io`` (or v4), the
   protocol the apiserver forwards untranslated to a node declaring ``ExtendWebSocketsToKubelet``:
-  channels 0 stdin, 1 stdout, 2 stderr, 3 the final Status (exit code), 4 resize (ignored), and v5's
-  close signal. SPDY is refused with a message; ``tty`` is not supported;
+  channels 0 stdin, 1 stdout, 2 stderr, 3 the final Status (exit code), 4 terminal resize, and v5's
+  close signal; ``tty=1`` runs the command on a pseudo-terminal it takes as its controlling terminal.
+  SPDY is refused with a message;
 - ``GET /pods`` (the node's pods as the agent has them) and ``GET /healthz``.
 """
 
@@ -20,11 +21,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import json
 import logging
+import os
+import pty
 import socket
 import ssl
+import struct
 import subprocess
+import termios
 import threading
 import urllib.parse
 from collections.abc import Callable
@@ -191,9 +197,6 @@ class _Handler(BaseHTTPRequestHandler):
                 400, f"no supported exec subprotocol in {offered}; supported: {list(EXEC_PROTOCOLS)}"
             )
             return
-        if _flag(query, "tty"):
-            self._send_text(400, "tty is not supported by the node agent; run kubectl exec without -t")
-            return
         worker = self.server.find(namespace, pod)
         instance = worker.instance(container) if worker is not None else None
         if instance is None:
@@ -212,6 +215,7 @@ class _Handler(BaseHTTPRequestHandler):
             running=instance.running,
             argv=query.get("command") or [],
             stdin=_flag(query, "input", "stdin"),
+            tty=_flag(query, "tty"),
             spec_dir=worker.pod_dir / "launch" if worker is not None else Path("/tmp"),
         ).run()
 
@@ -222,6 +226,8 @@ def _flag(query: dict[str, list[str]], *names: str) -> bool:
 
 
 class _ExecSession:
+    """One exec stream: the process's stdout/stderr (or its terminal) out, stdin and resizes in."""
+
     def __init__(
         self,
         *,
@@ -229,13 +235,16 @@ class _ExecSession:
         running: runtime.RunningContainer,
         argv: list[str],
         stdin: bool,
+        tty: bool,
         spec_dir: Path,
     ) -> None:
         self.ws = ws
         self.running = running
         self.argv = argv
         self.stdin = stdin
+        self.tty = tty
         self.spec_dir = spec_dir
+        self._terminal: int | None = None  # the pty's master side, with tty
 
     def _status(self, code: int | None, message: str = "") -> bytes:
         if code == 0:
@@ -252,39 +261,93 @@ class _ExecSession:
             }
         return bytes([3]) + json.dumps(status).encode()
 
+    def _send(self, channel: int, chunk: bytes) -> bool:
+        try:
+            self.ws.send_binary(bytes([channel]) + chunk)
+            return True
+        except (OSError, websocket.ConnectionClosed):
+            return False
+
     def _pump(self, stream: IO[bytes], channel: int) -> None:
         while chunk := stream.read1(32 * 1024) if hasattr(stream, "read1") else stream.read(32 * 1024):
+            if not self._send(channel, chunk):
+                return
+
+    def _pump_terminal(self, master: int) -> None:
+        while True:
             try:
-                self.ws.send_binary(bytes([channel]) + chunk)
-            except (OSError, websocket.ConnectionClosed):
+                chunk = os.read(master, 32 * 1024)
+            except OSError:  # EIO: every process holding the terminal has exited
+                return
+            if not chunk or not self._send(1, chunk):
                 return
 
     def run(self) -> None:
         process = dataclasses.replace(self.running.process, argv=tuple(self.argv))
-        try:
-            popen = runtime.exec_in(
-                self.running,
-                process,
-                spec_dir=self.spec_dir,
-                stdin=subprocess.PIPE if self.stdin else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
+        if self.tty:
+            process = dataclasses.replace(
+                process, env={**process.env, "TERM": process.env.get("TERM", "xterm")}
             )
+        slave = -1
+        try:
+            if self.tty:
+                self._terminal, slave = pty.openpty()
+                popen = runtime.exec_in(
+                    self.running,
+                    process,
+                    spec_dir=self.spec_dir,
+                    stdin=slave,
+                    stdout=slave,
+                    stderr=slave,
+                    tty=True,
+                )
+            else:
+                popen = runtime.exec_in(
+                    self.running,
+                    process,
+                    spec_dir=self.spec_dir,
+                    stdin=subprocess.PIPE if self.stdin else subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                )
         except runtime.StartFailed as error:
             self._finish(self._status(None, f"failed to exec in container: {error}"))
             return
-        assert popen.stdout is not None and popen.stderr is not None
-        pumps = [
-            threading.Thread(target=self._pump, args=(popen.stdout, 1), daemon=True),
-            threading.Thread(target=self._pump, args=(popen.stderr, 2), daemon=True),
-        ]
+        finally:
+            if slave >= 0:
+                os.close(slave)
+        if self._terminal is not None:
+            pumps = [threading.Thread(target=self._pump_terminal, args=(self._terminal,), daemon=True)]
+        else:
+            assert popen.stdout is not None and popen.stderr is not None
+            pumps = [
+                threading.Thread(target=self._pump, args=(popen.stdout, 1), daemon=True),
+                threading.Thread(target=self._pump, args=(popen.stderr, 2), daemon=True),
+            ]
         for pump in pumps:
             pump.start()
         threading.Thread(target=self._read_client, args=(popen,), daemon=True).start()
         code = popen.wait()
         for pump in pumps:
             pump.join(timeout=5)
+        if self._terminal is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._terminal)
         self._finish(self._status(code if code >= 0 else 128 - code))
+
+    def _write_stdin(self, popen: subprocess.Popen[bytes], data: bytes) -> None:
+        if self._terminal is not None:
+            os.write(self._terminal, data)
+        elif popen.stdin is not None and not popen.stdin.closed:
+            popen.stdin.write(data)
+            popen.stdin.flush()
+
+    def _resize(self, data: bytes) -> None:
+        if self._terminal is None:
+            return
+        size = json.loads(data)
+        winsize = struct.pack("HHHH", int(size.get("Height", 24)), int(size.get("Width", 80)), 0, 0)
+        fcntl.ioctl(self._terminal, termios.TIOCSWINSZ, winsize)
 
     def _read_client(self, popen: subprocess.Popen[bytes]) -> None:
         try:
@@ -292,13 +355,15 @@ class _ExecSession:
                 message = self.ws.receive()
                 if not message:
                     continue
-                if message[0] == 255 and len(message) == 2 and message[1] == 0 and popen.stdin:
-                    popen.stdin.close()
-                elif message[0] == 0 and popen.stdin and not popen.stdin.closed:
-                    popen.stdin.write(message[1:])
-                    popen.stdin.flush()
+                if message[0] == 255 and len(message) == 2 and message[1] == 0:
+                    if popen.stdin is not None:
+                        popen.stdin.close()
+                elif message[0] == 0:
+                    self._write_stdin(popen, message[1:])
+                elif message[0] == 4:
+                    self._resize(message[1:])
         except (OSError, ValueError, websocket.ConnectionClosed):
-            if popen.stdin and not popen.stdin.closed:
+            if popen.stdin is not None and not popen.stdin.closed:
                 with contextlib.suppress(OSError):
                     popen.stdin.close()
 

@@ -19,11 +19,13 @@ as ``ContainerCannotRun`` with that message (``executable file not found in $PAT
 
 import ctypes
 import ctypes.util
+import fcntl
 import json
 import os
 import resource
 import socket
 import sys
+import termios
 from typing import Any
 
 CLONE_NEWNS = 0x00020000
@@ -143,6 +145,8 @@ def main() -> None:
             pid = spec["join_pid"]
             for name, nstype in (("net", CLONE_NEWNET), ("uts", CLONE_NEWUTS), ("mnt", CLONE_NEWNS)):
                 _setns(f"/proc/{pid}/ns/{name}", nstype)
+        if spec.get("tty"):  # we lead a new session (the runtime starts us so): take stdin's terminal
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
         stage = "user"
         if spec.get("nofile"):
             _raise_nofile(spec["nofile"])

@@ -1,113 +1,138 @@
-"""Host mountpoints the agent had to create, counted and removed again.
+"""Host mountpoints the agents had to create, counted across every bed on the machine, removed again.
 
 A container's root filesystem is the host's, so a mountPath such as
 ``/var/run/secrets/kubernetes.io/serviceaccount`` or an image path such as ``/manager`` needs an empty
-directory or file on the host to mount over. This registry creates them (and their missing parents),
-counts how many running containers use each, removes them when the last one is gone, and writes the
-list to ``/run/trainop-bed/<bed>.mountpoints`` so the next agent start removes what a crashed agent left.
+directory or file on the host to mount over. Several agents (one per bed, other test sessions included)
+share the host's filesystem and so these mountpoints: removing one that another bed's container is
+mounted on would detach that mount. So there is one registry for the machine,
+``/run/trainop-bed/mountpoints.json``, changed only under ``flock`` of ``mountpoints.lock``: for each
+path an agent created, the number of containers using it per bed. A path is removed (only if still
+empty) when no bed uses it any more; the uses of a bed whose lock nobody holds are dropped by the next
+agent start (:func:`remove_leftovers`), so a crashed agent's mountpoints go too.
 
-It removes only what it created and only while empty: a file or directory someone wrote into stays.
+It removes only what an agent created and only while empty: a file or directory someone wrote into
+stays, and paths that existed before are never touched.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import threading
-from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from tests.clusterbed import network
 
+#: path -> {bed id (str) -> containers using it}; insertion order is creation order (parents first).
+Registry = dict[str, dict[str, int]]
 
-def registry_path(bed_id: int) -> Path:
-    return network.BED_DIR / f"{bed_id}.mountpoints"
+
+def _registry_path() -> Path:
+    return network.BED_DIR / "mountpoints.json"
 
 
-def _remove_if_empty(path: str) -> None:
-    with contextlib.suppress(OSError):
+@contextlib.contextmanager
+def _locked_registry() -> Iterator[Registry]:
+    """The machine-wide registry, held under its flock; written back when the block ends."""
+    network.BED_DIR.mkdir(parents=True, exist_ok=True)
+    with open(network.BED_DIR / "mountpoints.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            registry: Registry = json.loads(_registry_path().read_text())
+        except (FileNotFoundError, ValueError):
+            registry = {}
+        yield registry
+        tmp = _registry_path().with_suffix(".tmp")
+        tmp.write_text(json.dumps(registry))
+        os.replace(tmp, _registry_path())
+
+
+def _remove_if_empty(path: str) -> bool:
+    try:
         if os.path.isdir(path) and not os.path.islink(path):
             os.rmdir(path)
         elif os.path.isfile(path) and os.path.getsize(path) == 0:
             os.unlink(path)
+        else:
+            return not os.path.lexists(path)
+    except OSError:
+        return False
+    return True
+
+
+def _make(target: str, kind: str) -> list[str]:
+    """Create ``target`` (a "dir" or an empty "file") and its missing parents; return what was made."""
+    missing: list[str] = []
+    path = target
+    while not os.path.lexists(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    made: list[str] = []
+    for path in reversed(missing):
+        if path == target and kind == "file":
+            with open(path, "a"):
+                pass
+        else:
+            os.mkdir(path, 0o755)
+        made.append(path)
+    return made
+
+
+def _on_the_way(registry: Registry, target: str) -> list[str]:
+    """Registered paths that are ``target`` or one of its ancestors."""
+    return [path for path in registry if path == target or target.startswith(path + "/")]
+
+
+def _collect(registry: Registry) -> None:
+    """Remove (deepest first) registered paths nobody uses; keep the ones that cannot go yet."""
+    for path in reversed(list(registry)):
+        if not any(registry[path].values()) and _remove_if_empty(path):
+            del registry[path]
 
 
 class Mountpoints:
+    """One agent's view of the registry: its bed's uses."""
+
     def __init__(self, bed_id: int) -> None:
-        self._path = registry_path(bed_id)
+        self.bed = str(bed_id)
         self._lock = threading.Lock()
-        #: Paths we created, in creation order (parents before children), with their user counts.
-        self._created: list[str] = []
-        self._users: Counter[str] = Counter()
 
     def acquire(self, target: str, *, kind: str) -> None:
-        """Make sure ``target`` exists (``kind`` "dir" or "file"); count one more user of what we made."""
-        with self._lock:
-            target = os.path.normpath(target)
-            made = self._make(target, kind)
-            self._created.extend(path for path in made if path not in self._created)
-            for path in self._created_on_the_way(target):
-                self._users[path] += 1
-            self._save()
+        """Make sure ``target`` exists; count one more use of whatever agents created on its way."""
+        target = os.path.normpath(target)
+        with self._lock, _locked_registry() as registry:
+            for path in _make(target, kind):
+                registry.setdefault(path, {})
+            for path in _on_the_way(registry, target):
+                registry[path][self.bed] = registry[path].get(self.bed, 0) + 1
 
     def release(self, target: str) -> None:
-        """One user fewer; remove (deepest first) what we created and nobody uses any more."""
-        with self._lock:
-            for path in self._created_on_the_way(os.path.normpath(target)):
-                self._users[path] -= 1
-            for path in reversed(list(self._created)):
-                if self._users[path] <= 0:
-                    _remove_if_empty(path)
-                    self._created.remove(path)
-                    del self._users[path]
-            self._save()
+        """One use fewer; remove what agents created and no bed uses any more."""
+        target = os.path.normpath(target)
+        with self._lock, _locked_registry() as registry:
+            for path in _on_the_way(registry, target):
+                registry[path][self.bed] = max(0, registry[path].get(self.bed, 0) - 1)
+            _collect(registry)
 
     def release_all(self) -> None:
+        """Drop every use of this bed (the agent stops)."""
         with self._lock:
-            for path in reversed(self._created):
-                _remove_if_empty(path)
-            self._created.clear()
-            self._users.clear()
-            self._save()
+            _drop_beds(lambda bed: bed == self.bed)
 
-    def _created_on_the_way(self, target: str) -> list[str]:
-        """What we created of ``target`` and its ancestors."""
-        return [path for path in self._created if path == target or target.startswith(path + "/")]
 
-    @staticmethod
-    def _make(target: str, kind: str) -> list[str]:
-        missing: list[str] = []
-        path = target
-        while not os.path.lexists(path):
-            missing.append(path)
-            path = os.path.dirname(path)
-        made: list[str] = []
-        for path in reversed(missing):
-            if path == target and kind == "file":
-                with open(path, "a"):
-                    pass
-            else:
-                os.mkdir(path, 0o755)
-            made.append(path)
-        return made
-
-    def _save(self) -> None:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        if self._created:
-            self._path.write_text(json.dumps(self._created))
-        else:
-            self._path.unlink(missing_ok=True)
+def _drop_beds(dead: Callable[[str], bool]) -> list[str]:
+    with _locked_registry() as registry:
+        for users in registry.values():
+            for bed in [bed for bed in users if dead(bed)]:
+                del users[bed]
+        before = set(registry)
+        _collect(registry)
+        return sorted(before - set(registry))
 
 
 def remove_leftovers(bed_id: int) -> list[str]:
-    """Remove (if empty) what a previous agent of bed ``bed_id`` created; return those paths."""
-    path = registry_path(bed_id)
-    try:
-        created: list[str] = json.loads(path.read_text())
-    except (FileNotFoundError, ValueError):
-        return []
-    for entry in reversed(created):
-        _remove_if_empty(entry)
-    path.unlink(missing_ok=True)
-    return created
+    """Drop the uses of bed ``bed_id`` and of every bed nobody holds; return the paths removed."""
+    return _drop_beds(lambda bed: bed == str(bed_id) or not network.bed_is_live(int(bed)))

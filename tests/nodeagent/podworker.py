@@ -20,35 +20,36 @@ reason Error, a message saying so) and applies the restart policy.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import hashlib
-import json
 import logging
 import queue
-import subprocess
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from tests.clusterbed import network
 
-from . import cgroups, containers, context, env, events, images, kube, probes, runtime, sandbox, volumes
+from . import (
+    containers,
+    context,
+    env,
+    events,
+    images,
+    instances,
+    kube,
+    probes,
+    reporter,
+    runtime,
+    sandbox,
+    volumes,
+)
 from . import status as status_module
 from .status import ContainerRecord
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
 _RETRY_S = 2.0
-_LOG_TAIL_BYTES = 2048
-
-
-def _image_id(reference: str, image: images.Image) -> str:
-    """A stable digest of the image map entry, in the ``repo@sha256:...`` shape of real image IDs."""
-    digest = hashlib.sha256(json.dumps(dataclasses.asdict(image), default=str, sort_keys=True).encode())
-    return f"{images.repository_of(reference)}@sha256:{digest.hexdigest()}"
 
 
 def _rfc3339(at: float) -> str:
@@ -59,19 +60,6 @@ def _rfc3339(at: float) -> str:
 class _Backoff:
     delay_s: float = 0.0
     not_before: float = 0.0
-
-
-@dataclasses.dataclass(kw_only=True)
-class Instance:
-    """One run of a container."""
-
-    number: int
-    spec: JSON
-    running: runtime.RunningContainer
-    termination_log: Path
-    host_mountpoints: list[str]
-    probes: probes.ProbeRunner | None = None
-    stopping: bool = False
 
 
 class PodWorker(threading.Thread):
@@ -86,7 +74,7 @@ class PodWorker(threading.Thread):
         self.pod_dir = node.settings.pods_dir / f"{metadata['namespace']}_{metadata['name']}_{self.uid}"
         self.sandbox = sandbox.Sandbox(node=node, pod=pod, pod_dir=self.pod_dir)
         self.records: dict[str, ContainerRecord] = {}
-        self.instances: dict[str, Instance] = {}
+        self.instances: dict[str, instances.Instance] = {}
         self._crash_backoff: dict[str, _Backoff] = {}
         self._pull_backoff: dict[str, _Backoff] = {}
         self._awaiting_restart: set[str] = set()
@@ -94,11 +82,14 @@ class PodWorker(threading.Thread):
         self._terminating = False
         self._terminal = False
         self.finished = threading.Event()
-        self._start_time = kube.now_rfc3339()
-        self._conditions: dict[str, JSON] = {}
-        self._last_status: JSON | None = None
         self._next_refresh = 0.0
-        self._adopt_status(pod)
+        adopted = status_module.adopt(pod, now=kube.now_rfc3339())
+        self.records = adopted.records
+        self._awaiting_restart = set(adopted.awaiting_restart)
+        self._terminal = adopted.terminal
+        self.reporter = reporter.StatusReporter(
+            client=node.client, pod=pod, start_time=adopted.start_time, conditions=adopted.conditions
+        )
 
     # ------------------------------------------------------------------------------ public, any thread
     def post(self, message: tuple[Any, ...]) -> None:
@@ -112,7 +103,7 @@ class PodWorker(threading.Thread):
     def name_(self) -> str:
         return str(self.pod["metadata"]["name"])
 
-    def instance(self, container: str) -> Instance | None:
+    def instance(self, container: str) -> instances.Instance | None:
         return self.instances.get(container)
 
     # ---------------------------------------------------------------------------------- the loop
@@ -169,45 +160,6 @@ class PodWorker(threading.Thread):
         return False
 
     # -------------------------------------------------------------------------------- adoption
-    def _adopt_status(self, pod: JSON) -> None:
-        spec, status = pod["spec"], pod.get("status") or {}
-        for is_init, key, status_key in (
-            (True, "initContainers", "initContainerStatuses"),
-            (False, "containers", "containerStatuses"),
-        ):
-            previous = {cs["name"]: cs for cs in status.get(status_key) or []}
-            for container in spec.get(key) or []:
-                record = ContainerRecord(name=container["name"], image=container["image"], is_init=is_init)
-                if not is_init and spec.get("initContainers"):
-                    record.state = {"waiting": {"reason": "PodInitializing"}}
-                self.records[container["name"]] = record
-                old = previous.get(container["name"])
-                if old is None:
-                    continue
-                record.restart_count = int(old.get("restartCount") or 0)
-                record.last_state = old.get("lastState") or {}
-                record.container_id = old.get("containerID") or ""
-                state = old.get("state") or {}
-                if "running" in state:
-                    record.state = status_module.terminated_state(
-                        exit_code=137,
-                        reason="Error",
-                        message="the node agent restarted; the container's processes were killed",
-                        started_at=state["running"].get("startedAt") or self._start_time,
-                        finished_at=kube.now_rfc3339(),
-                        container_id=record.container_id,
-                    )
-                    self._awaiting_restart.add(record.name)
-                elif "terminated" in state:
-                    record.state = state
-                    self._awaiting_restart.add(record.name)
-        if status.get("phase") in status_module.TERMINAL_PHASES:
-            self._terminal = True
-            self._last_status = None
-        if status.get("startTime"):
-            self._start_time = status["startTime"]
-        self._conditions = {c["type"]: c for c in status.get("conditions") or []}
-
     # ------------------------------------------------------------------------------------- sync
     def _sync(self) -> None:
         self._wake_at = None
@@ -229,7 +181,7 @@ class PodWorker(threading.Thread):
                 continue
             initialized = False
             if container["name"] not in self.instances and not (terminated and policy == "Never"):
-                self._try_start(container, restart_wanted=True)
+                self._try_start(container)
             break
         if initialized:
             for container in spec["containers"]:
@@ -243,7 +195,7 @@ class PodWorker(threading.Thread):
                     or (policy == "OnFailure" and terminated["exitCode"] != 0)
                 )
                 if wanted:
-                    self._try_start(container, restart_wanted=True)
+                    self._try_start(container)
         phase = self._phase()
         if phase in status_module.TERMINAL_PHASES:
             self._terminal = True
@@ -299,7 +251,7 @@ class PodWorker(threading.Thread):
         return True
 
     # ------------------------------------------------------------------------------- starting
-    def _try_start(self, container: JSON, *, restart_wanted: bool) -> None:
+    def _try_start(self, container: JSON) -> None:
         name = container["name"]
         record = self.records[name]
         now = time.time()
@@ -361,43 +313,21 @@ class PodWorker(threading.Thread):
             record.restart_count += 1
             self._awaiting_restart.discard(name)
         number = record.restart_count
-        group = cgroups.Cgroup(self.sandbox.cgroup_root / f"{name}-{number}")
-        group.create()
-        limits = (container.get("resources") or {}).get("limits") or {}
-        requests = (container.get("resources") or {}).get("requests") or {}
-        group.set_limits(
-            memory_bytes=int(env.quantity(limits["memory"])) if "memory" in limits else None,
-            cpu_millis_limit=int(env.quantity(limits["cpu"]) * 1000) if "cpu" in limits else None,
-            cpu_millis_request=int(env.quantity(requests["cpu"]) * 1000) if "cpu" in requests else None,
-        )
-        termination_log = self.pod_dir / "termination" / f"{name}-{number}"
-        termination_log.parent.mkdir(parents=True, exist_ok=True)
-        termination_log.write_text("")
-        termination_log.chmod(0o666)
-        acquired = []
-        for target, kind in plan.host_mountpoints:
-            self.node.mountpoints.acquire(target, kind=kind)
-            acquired.append(target)
         self._event(events.NORMAL, "Created", f"Created container: {name}", container=name)
-        spec = runtime.ContainerSpec(
-            process=process,
-            hostname=self._hostname(),
-            netns_path=self.sandbox.netns_path,
-            mounts=plan.mounts,
-            cwd_mkdir=containers.working_dir_created_by_launcher(process.cwd, plan.mounts),
-            readonly_root=bool((container.get("securityContext") or {}).get("readOnlyRootFilesystem")),
-        )
-        if not spec.cwd_mkdir and process.cwd != "/":
-            self.node.mountpoints.acquire(process.cwd, kind="dir")
-            acquired.append(process.cwd)
-        log_path = self.pod_dir / name / f"{number}.log"
         started_at = time.time()
         try:
-            running = runtime.start(spec, cgroup=group, log_path=log_path, spec_dir=self.pod_dir / "launch")
+            instance = instances.launch(
+                container=container,
+                number=number,
+                plan=plan,
+                process=process,
+                hostname=self._hostname(),
+                netns_path=self.sandbox.netns_path,
+                cgroup_root=self.sandbox.cgroup_root,
+                pod_dir=self.pod_dir,
+                registry=self.node.mountpoints,
+            )
         except runtime.StartFailed as error:
-            for target in acquired:
-                self.node.mountpoints.release(target)
-            group.remove()
             message = f"failed to create containerd task: failed to create shim task: {error}"
             self._event(events.WARNING, "Failed", f"Error: {message}", container=name)
             record.state = status_module.terminated_state(
@@ -411,27 +341,20 @@ class PodWorker(threading.Thread):
             record.ready = record.started = False
             self._after_termination(name, ran_for_s=0.0)
             return
-        identity_note = f"uid {identity.uid}"
+        running = instance.running
         log.info(
-            "started %s/%s container %s (%s, pid %d)",
+            "started %s/%s container %s (uid %d, pid %d)",
             self.namespace,
             self.name_,
             name,
-            identity_note,
+            identity.uid,
             running.pid,
         )
         self._event(events.NORMAL, "Started", f"Started container {name}", container=name)
-        instance = Instance(
-            number=number,
-            spec=container,
-            running=running,
-            termination_log=termination_log,
-            host_mountpoints=acquired,
-        )
         self.instances[name] = instance
         record.state = {"running": {"startedAt": _rfc3339(running.started_at)}}
         record.container_id = running.container_id
-        record.image_id = _image_id(reference, image)
+        record.image_id = instances.image_id(reference, image)
         record.started = not container.get("startupProbe")
         record.ready = record.started and not container.get("readinessProbe") and not record.is_init
         threading.Thread(
@@ -475,41 +398,20 @@ class PodWorker(threading.Thread):
             services=self.node.services.snapshot(),
             node_allocatable=self.node.allocatable,
         )
-        container_env = env.container_env(pod, container, sources)
-        identity = containers.identity(pod, container, image)
-        argv = env.command_line(
-            container, image_entrypoint=image.entrypoint, image_cmd=image.cmd, env=container_env
-        )
-        if not argv:
-            raise containers.ConfigError(
-                "no command specified: the image has no entrypoint and the container no command"
-            )
-        hostname = self._hostname()
-        process = runtime.ProcessSpec(
-            argv=tuple(argv),
-            env=containers.process_env(
-                image=image, container_env=container_env, hostname=hostname, uid=identity.uid
-            ),
-            cwd=container.get("workingDir") or image.working_dir or "/",
-            uid=identity.uid,
-            gid=identity.gid,
-            groups=identity.groups,
-        )
+        name = container["name"]
+        number = self.records[name].restart_count + (1 if name in self._awaiting_restart else 0)
         assert self.sandbox.files is not None
-        number = self.records[container["name"]].restart_count + (
-            1 if container["name"] in self._awaiting_restart else 0
-        )
-        plan = containers.plan_mounts(
+        return containers.configure(
+            pod=pod,
             container=container,
-            identity=identity,
             image=image,
+            sources=sources,
+            hostname=self._hostname(),
             sandbox=self.sandbox.files,
             pod_volumes=self.sandbox.volumes.volumes,
-            termination_log=self.pod_dir / "termination" / f"{container['name']}-{number}",
+            termination_log=instances.termination_log_path(self.pod_dir, name, number),
             bin_wrappers=self.node.bin_wrappers(image.bin_dir) if image.bin_dir is not None else None,
-            env=container_env,
         )
-        return plan, process, identity
 
     def _image_pull_failed(self, container: JSON, message: str) -> None:
         name, reference = container["name"], container["image"]
@@ -540,7 +442,7 @@ class PodWorker(threading.Thread):
         backoff.not_before = time.time() + backoff.delay_s
         self._wake_in(backoff.delay_s)
 
-    def _exec_runner(self, instance: Instance) -> probes.ExecRunner:
+    def _exec_runner(self, instance: instances.Instance) -> probes.ExecRunner:
         def run(argv: list[str], timeout_s: float) -> tuple[int | None, str]:
             process = dataclasses.replace(instance.running.process, argv=tuple(argv))
             return runtime.run_in(
@@ -550,16 +452,12 @@ class PodWorker(threading.Thread):
         return run
 
     # ---------------------------------------------------------------------------- exits, probes
-    def _on_exit(self, name: str, instance: Instance, exit_info: runtime.Exit) -> None:
+    def _on_exit(self, name: str, instance: instances.Instance, exit_info: runtime.Exit) -> None:
         del self.instances[name]
-        if instance.probes is not None:
-            instance.probes.stop()
-        instance.running.cgroup.remove()
-        for target in instance.host_mountpoints:
-            self.node.mountpoints.release(target)
+        instances.release(instance, self.node.mountpoints)
         record = self.records[name]
         reason = status_module.exit_reason(exit_code=exit_info.exit_code, oom_killed=exit_info.oom_killed)
-        message = self._termination_message(instance, failed=exit_info.exit_code != 0)
+        message = instances.termination_message(instance, failed=exit_info.exit_code != 0)
         record.state = status_module.terminated_state(
             exit_code=exit_info.exit_code,
             reason=reason,
@@ -585,22 +483,7 @@ class PodWorker(threading.Thread):
         )
         self._awaiting_restart.add(name)
 
-    def _termination_message(self, instance: Instance, *, failed: bool) -> str:
-        try:
-            text = instance.termination_log.read_text(errors="replace")[:4096]
-        except FileNotFoundError:
-            text = ""
-        if not text and failed and instance.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError":
-            try:
-                with instance.running.log_path.open("rb") as file:
-                    file.seek(0, 2)
-                    file.seek(max(0, file.tell() - _LOG_TAIL_BYTES))
-                    text = file.read().decode(errors="replace")
-            except FileNotFoundError:
-                pass
-        return text
-
-    def _on_probe(self, name: str, instance: Instance, result: tuple[Any, ...]) -> None:
+    def _on_probe(self, name: str, instance: instances.Instance, result: tuple[Any, ...]) -> None:
         record = self.records[name]
         kind = result[0]
         if kind == "started":
@@ -694,13 +577,7 @@ class PodWorker(threading.Thread):
     def _kill_everything(self) -> None:
         """Node lost, agent stopping, object gone: SIGKILL at once, tear down, no API writes."""
         for instance in list(self.instances.values()):
-            if instance.probes is not None:
-                instance.probes.stop()
-            instance.running.cgroup.kill_all()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                instance.running.popen.wait(timeout=10)  # reaped: gone, not a zombie, when we return
-            for target in instance.host_mountpoints:
-                self.node.mountpoints.release(target)
+            instances.kill_now(instance, self.node.mountpoints)
         self.instances.clear()
         self.sandbox.teardown()
         self.finished.set()
@@ -711,46 +588,16 @@ class PodWorker(threading.Thread):
 
     def _push_status(self, phase: str | None = None) -> None:
         spec = self.pod["spec"]
-        init = [self.records[c["name"]] for c in spec.get("initContainers") or []]
-        app = [self.records[c["name"]] for c in spec["containers"]]
-        phase = phase or self._phase()
-        conditions = status_module.pod_conditions(
-            phase=phase,
+        outcome = self.reporter.push(
+            self.pod,
+            init=[self.records[c["name"]] for c in spec.get("initContainers") or []],
+            app=[self.records[c["name"]] for c in spec["containers"]],
+            phase=phase or self._phase(),
+            node_ip=self.node.ip,
             sandbox_ready=self.sandbox.network_ready,
-            init=init,
-            app=app,
-            readiness_gates=[g["conditionType"] for g in spec.get("readinessGates") or []],
-            existing=(self.pod.get("status") or {}).get("conditions") or [],
+            pod_ip=self.sandbox.pod_ip,
         )
-        conditions = status_module.with_transition_times(conditions, self._conditions, kube.now_rfc3339())
-        self._conditions = {c["type"]: c for c in conditions}
-        body: JSON = {
-            "phase": phase,
-            "conditions": conditions,
-            "hostIP": self.node.ip,
-            "hostIPs": [{"ip": self.node.ip}],
-            "startTime": self._start_time,
-            "containerStatuses": [r.to_status() for r in app],
-        }
-        if init:
-            body["initContainerStatuses"] = [r.to_status() for r in init]
-        if self.sandbox.pod_ip:
-            body["podIP"] = self.sandbox.pod_ip
-            body["podIPs"] = [{"ip": self.sandbox.pod_ip}]
-        if body == self._last_status:
-            return
-        patch = dict(body)
-        if "podIPs" in patch:  # a new sandbox after an agent restart has a new IP: replace, do not merge
-            patch["podIPs"] = [{"$patch": "replace"}, *patch["podIPs"]]
-        try:
-            self.node.client.strategic_patch(
-                f"/api/v1/namespaces/{self.namespace}/pods/{self.name_}/status",
-                {"metadata": {"uid": self.uid}, "status": patch},
-            )
-            self._last_status = body
-        except kube.ApiError as error:
-            if error.status in (404, 409):
-                self.post(("deleted",))
-                return
-            log.warning("status of %s/%s: %s", self.namespace, self.name_, error)
+        if outcome is reporter.Outcome.GONE:
+            self.post(("deleted",))
+        elif outcome is reporter.Outcome.RETRY:
             self._wake_in(_RETRY_S)

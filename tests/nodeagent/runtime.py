@@ -203,13 +203,18 @@ def exec_in(
     stdin: int | IO[bytes] | None = subprocess.DEVNULL,
     stdout: int | IO[bytes] | None = subprocess.PIPE,
     stderr: int | IO[bytes] | None = subprocess.STDOUT,
+    tty: bool = False,
 ) -> subprocess.Popen[bytes]:
-    """Start ``process`` inside ``container`` (its namespaces and cgroups); raises StartFailed."""
+    """Start ``process`` inside ``container`` (its namespaces and cgroups); raises StartFailed.
+
+    ``tty``: stdin is a terminal the process takes as its controlling terminal (``kubectl exec -t``).
+    """
     payload = {
         **_process_payload(process),
         "mode": "join",
         "join_pid": container.pid,
         "cgroup_procs": container.cgroup.procs_files(),
+        "tty": tty,
     }
     return _spawn(payload, spec_dir=spec_dir, stdin=stdin, stdout=stdout, stderr=stderr)
 

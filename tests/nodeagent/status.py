@@ -219,3 +219,64 @@ def exit_reason(*, exit_code: int, oom_killed: bool) -> str:
     if exit_code == 0:
         return "Completed"
     return "OOMKilled" if oom_killed else "Error"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Adopted:
+    """What a pod worker starts from (see :func:`adopt`)."""
+
+    records: dict[str, ContainerRecord]
+    #: Containers that terminated and wait for the restart policy's decision.
+    awaiting_restart: frozenset[str]
+    terminal: bool
+    start_time: str
+    conditions: dict[str, JSON]
+
+
+LOST_ON_RESTART = "the node agent restarted; the container's processes were killed"
+
+
+def adopt(pod: JSON, *, now: str) -> Adopted:
+    """Container records for a pod the agent (re)starts working on: fresh ones for a new pod; for a pod
+    with a status, its restart counts and last states, and every container it says was running recorded
+    as killed (the agent's start killed all leftovers: *kill-and-report*)."""
+    spec, status = pod["spec"], pod.get("status") or {}
+    records: dict[str, ContainerRecord] = {}
+    awaiting: set[str] = set()
+    for is_init, key, status_key in (
+        (True, "initContainers", "initContainerStatuses"),
+        (False, "containers", "containerStatuses"),
+    ):
+        previous = {cs["name"]: cs for cs in status.get(status_key) or []}
+        for container in spec.get(key) or []:
+            record = ContainerRecord(name=container["name"], image=container["image"], is_init=is_init)
+            if not is_init and spec.get("initContainers"):
+                record.state = {"waiting": {"reason": "PodInitializing"}}
+            records[record.name] = record
+            old = previous.get(record.name)
+            if old is None:
+                continue
+            record.restart_count = int(old.get("restartCount") or 0)
+            record.last_state = old.get("lastState") or {}
+            record.container_id = old.get("containerID") or ""
+            state = old.get("state") or {}
+            if "running" in state:
+                record.state = terminated_state(
+                    exit_code=137,
+                    reason="Error",
+                    message=LOST_ON_RESTART,
+                    started_at=state["running"].get("startedAt") or now,
+                    finished_at=now,
+                    container_id=record.container_id,
+                )
+                awaiting.add(record.name)
+            elif "terminated" in state:
+                record.state = state
+                awaiting.add(record.name)
+    return Adopted(
+        records=records,
+        awaiting_restart=frozenset(awaiting),
+        terminal=status.get("phase") in TERMINAL_PHASES,
+        start_time=str(status.get("startTime") or now),
+        conditions={c["type"]: c for c in status.get("conditions") or []},
+    )

@@ -1,10 +1,12 @@
-"""The agent's own lifecycle: a crash and a restart (kill-and-report), and a stop that leaves nothing.
+"""The agent's own lifecycle: a crash and a restart (kill-and-report), an apiserver restart under it
+(watches relist), and a stop that leaves nothing.
 
 Uses its own bed (one node), because it kills the agent. Real parts as in test_pods.py.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -33,17 +35,30 @@ def _cgroups_of_bed(bed_id: int) -> list[str]:
     return found
 
 
+def _registry() -> dict[str, dict[str, int]]:
+    path = network.BED_DIR / "mountpoints.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _other_beds_have_pods(bed_id: int) -> bool:
+    return any(
+        name.startswith("trainop-b") and not name.startswith(f"trainop-b{bed_id}-") and name.count("-") == 2
+        for name in network.netns_names()
+    )
+
+
 def _mounts_under(path: Path) -> list[str]:
     with open("/proc/self/mountinfo") as file:
         return [line.split()[4] for line in file if line.split()[4].startswith(str(path))]
 
 
-def test_a_restarted_agent_kills_and_reports_leftovers_and_stop_leaves_nothing(
+def test_agent_crash_restart_and_apiserver_restart_are_survived_and_stop_leaves_nothing(
     control_plane_assets: assets.Assets,
 ) -> None:
     if os.geteuid() != 0:
         pytest.skip("the node agent needs root")
-    token_dir_existed = Path("/var/run/secrets/kubernetes.io").exists()
+    host_paths = ("/var/run/secrets/kubernetes.io", "/dev/termination-log")
+    existed = {path: Path(path).exists() for path in host_paths}
     bed = harness.AgentHarness(
         assets=control_plane_assets,
         settings=harness.HarnessSettings(nodes=({"name": "solo"},), images=kit.IMAGES, backoff_initial_s=1),
@@ -91,6 +106,18 @@ def test_a_restarted_agent_kills_and_reports_leftovers_and_stop_leaves_nothing(
         once = ns.wait_phase("once", "Failed")
         assert once["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 137
         assert len(_netns_of_bed(bed_id)) == 1  # the survivor's new sandbox; the old ones are gone
+
+        # The apiserver goes away and comes back: the agent's watches relist and it keeps serving pods.
+        bed.plane.restart("kube-apiserver", down_s=1)
+        ns.pod(
+            "after",
+            node="solo",
+            containers=[{"name": "main", "image": BUSYBOX, "command": ["true"]}],
+            restartPolicy="Never",
+        )
+        ns.wait_phase("after", "Succeeded")
+        ns.delete("pods/once")
+        wait_for("the failed pod deleted through the agent", lambda: ns.pod_gone("once"))
         running = next(p["containers"]["main"]["pids"] for p in bed.control.pods() if p["name"] == "survivor")
     except AssertionError as error:
         raise AssertionError(f"{error}\n--- node agent log ---\n{bed.log_tail(80)}") from error
@@ -101,7 +128,8 @@ def test_a_restarted_agent_kills_and_reports_leftovers_and_stop_leaves_nothing(
     assert not _netns_of_bed(bed_id)
     assert not _cgroups_of_bed(bed_id)
     assert not _mounts_under(state_dir)
-    assert Path("/var/run/secrets/kubernetes.io").exists() == token_dir_existed
-    assert not Path("/dev/termination-log").exists()
+    assert not [path for path, users in _registry().items() if users.get(str(bed_id))]
+    if not _other_beds_have_pods(bed_id):  # the machine is shared: another bed may use the same paths
+        assert {path: Path(path).exists() for path in host_paths} == existed
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout
     assert f"tb{bed_id}r" not in links

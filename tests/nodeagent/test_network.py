@@ -173,3 +173,18 @@ def _crash_and_restart(child: subprocess.Popen[str]) -> None:
         assert not os.path.exists(f"/proc/{sleeper[0]}")
     finally:
         bed.destroy()
+
+
+@root_only
+def test_service_cidr_route_goes_to_one_bed_only_and_leaves_with_it() -> None:
+    cidr = "10.255.254.0/24"  # not the clusters' 10.0.0.0/24: a concurrent session's bed may own that
+    first = network.BedNetwork.create(service_cidr=cidr)
+    try:
+        routes = subprocess.run(["ip", "route"], capture_output=True, text=True, check=True).stdout
+        assert f"{cidr} via {first.node_ip} dev tb{first.bed_id}r" in routes
+        with pytest.raises(network.NetworkError, match="another bed has it"):
+            network.BedNetwork.create(service_cidr=cidr)
+    finally:
+        first.destroy()
+    routes = subprocess.run(["ip", "route"], capture_output=True, text=True, check=True).stdout
+    assert cidr not in routes

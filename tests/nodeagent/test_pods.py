@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import base64
 import os
+import pty
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -71,7 +73,7 @@ def test_pod_runs_to_succeeded_and_a_failing_one_to_failed_with_its_exit_code(
     terminated = bad["status"]["containerStatuses"][0]["state"]["terminated"]
     assert (terminated["exitCode"], terminated["reason"]) == (3, "Error")
     assert ns.logs("bad") == "about to fail\n"
-    assert {"Pulled", "Created", "Started"} <= set(ns.event_reasons("ok"))
+    ns.wait_events("ok", {"Pulled", "Created", "Started"})
     event = next(e for e in ns.events("ok") if e["reason"] == "Started")
     assert event["source"] == {"component": "kubelet", "host": "node-a"}
     assert event["involvedObject"]["fieldPath"] == "spec.containers{main}"
@@ -375,12 +377,13 @@ def test_crashing_container_restarts_then_backs_off_and_on_failure_stops_at_succ
     assert status["lastState"]["terminated"]["exitCode"] == 1
     assert "back-off" in status["state"]["waiting"]["message"]
     assert ns.phase("crash") == "Running"
-    assert "BackOff" in ns.event_reasons("crash")
+    ns.wait_events("crash", {"BackOff"})
     ns.pod(
         "retry",
         containers=[
             _sh(
                 "main",
+                "ip -4 -o addr show eth0 | awk '{print $4}'; "
                 "[ -e /scratch/tried ] && exit 0; touch /scratch/tried; exit 2",
                 volumeMounts=[{"name": "s", "mountPath": "/scratch"}],
             )
@@ -392,6 +395,9 @@ def test_crashing_container_restarts_then_backs_off_and_on_failure_stops_at_succ
     status = pod["status"]["containerStatuses"][0]
     assert status["restartCount"] == 1
     assert status["lastState"]["terminated"]["exitCode"] == 2
+    # The restarted container runs in the same sandbox: same netns, same IP.
+    first_run, second_run = ns.logs("retry", "--previous"), ns.logs("retry")
+    assert first_run == second_run == f"{pod['status']['podIP']}/24\n"
 
 
 def test_memory_limit_is_enforced_and_reported_as_oomkilled(pod_namespace: Namespace) -> None:
@@ -432,11 +438,14 @@ def test_unknown_image_backs_off_and_the_pod_starts_once_the_image_exists(
     )
     assert image in status["state"]["waiting"]["message"]
     assert ns.phase("pull") == "Pending"
-    messages = [e["message"] for e in ns.events("pull")]
-    assert (
-        f'Failed to pull image "{image}": image {image!r} is not in the node agent\'s image map' in messages
-    )
-    assert "Error: ImagePullBackOff" in messages and f'Back-off pulling image "{image}"' in messages
+    expected = {
+        f'Failed to pull image "{image}": image {image!r} is not in the node agent\'s image map',
+        "Error: ErrImagePull",
+        f'Back-off pulling image "{image}"',
+        "Error: ImagePullBackOff",
+    }
+    # Events are sent off the pod worker's thread: they may trail the status a little.
+    wait_for("the pull events", lambda: expected <= {e["message"] for e in ns.events("pull")}, timeout_s=30)
     agent_bed.write_images({**kit.IMAGES, image: {}})
     try:
         ns.wait_phase("pull", "Succeeded")
@@ -511,9 +520,9 @@ def test_readiness_follows_its_probe_and_a_failing_liveness_probe_restarts(
     assert ns.container_status("probed", "main")["ready"] is True
     agent_bed.control.exec(ns.name, "probed", "main", ["touch", "/tmp/sick"])
     status = ns.wait_container("probed", "main", lambda s: s["restartCount"] >= 1, "a liveness restart")
-    messages = [e["message"] for e in ns.events("probed")]
-    assert "Container main failed liveness probe, will be restarted" in messages
-    assert any(m.startswith("Liveness probe failed") for m in messages)
+    killing = ns.wait_events("probed", {"Killing", "Unhealthy"})
+    assert "Container main failed liveness probe, will be restarted" in [e["message"] for e in killing]
+    assert any(e["message"].startswith("Liveness probe failed") for e in killing)
     # The new run has a fresh /tmp: not ready until the file is made again.
     assert status["ready"] is False
 
@@ -542,7 +551,7 @@ def test_deletion_runs_pre_stop_then_sigterm_and_kills_after_the_grace_period(
     assert time.monotonic() - started >= 3
     log = agent_bed.state_dir / "pods" / f"{ns.name}_polite_{polite_uid}" / "main" / "0.log"
     assert log.read_text() == "got TERM\npre-stop ran\n"
-    assert "Killing" in ns.event_reasons("stubborn")
+    ns.wait_events("stubborn", {"Killing"})
 
 
 # --------------------------------------------------------------------------------- kubelet API
@@ -571,7 +580,7 @@ def test_kubectl_logs_serves_previous_runs_and_follows_a_running_container(pod_n
 
 
 def test_kubectl_exec_runs_in_the_container_with_stdin_and_returns_its_exit_code(
-    pod_namespace: Namespace,
+    pod_namespace: Namespace, tmp_path: Path
 ) -> None:
     ns = pod_namespace
     ns.pod(
@@ -606,6 +615,45 @@ def test_kubectl_exec_runs_in_the_container_with_stdin_and_returns_its_exit_code
         "exec", "-i", "-n", ns.name, "shell", "--", "sh", "-c", "tr a-z A-Z", input="over stdin\n"
     )
     assert piped.stdout == "OVER STDIN\n"
+    source = tmp_path / "copied.txt"
+    source.write_text("through kubectl cp\n")
+    ns.plane.kubectl("cp", str(source), f"{ns.name}/shell:/tmp/copied.txt")  # tar over exec stdin
+    copied = ns.plane.kubectl("exec", "-n", ns.name, "shell", "--", "cat", "/tmp/copied.txt")
+    assert copied.stdout == "through kubectl cp\n"
+
+
+def test_kubectl_exec_with_a_terminal_gives_the_command_a_tty(pod_namespace: Namespace) -> None:
+    ns = pod_namespace
+    ns.pod("term", containers=[_sh("main", "sleep 60")])
+    ns.wait_phase("term", "Running")
+    # kubectl asks for a terminal only when its own stdin is one: give it a pseudo-terminal.
+    master, slave = pty.openpty()
+    try:
+        result = subprocess.run(
+            [
+                str(ns.plane.assets.kubectl),
+                "exec",
+                "-it",
+                "-n",
+                ns.name,
+                "term",
+                "--",
+                "sh",
+                "-c",
+                "tty; stty size",
+            ],
+            env=ns.plane.tool_env(),
+            stdin=slave,
+            capture_output=True,
+            timeout=60,
+        )
+    finally:
+        os.close(slave)
+        os.close(master)
+    lines = result.stdout.decode().replace("\r", "").splitlines()
+    assert result.returncode == 0, result.stderr
+    assert lines[0].startswith("/dev/pts/")
+    assert len(lines[1].split()) == 2  # rows and columns of the (resizable) terminal
 
 
 # ----------------------------------------------------------------------------------- node loss

@@ -107,3 +107,55 @@ def test_transition_times_move_only_when_a_status_flips() -> None:
 )
 def test_exit_reasons_are_containerds(exit_code: int, oom: bool, reason: str) -> None:
     assert status.exit_reason(exit_code=exit_code, oom_killed=oom) == reason
+
+
+def test_adopting_a_pod_after_an_agent_restart_reports_its_running_containers_killed() -> None:
+    pod = {
+        "spec": {
+            "initContainers": [{"name": "init", "image": "i"}],
+            "containers": [{"name": "app", "image": "i"}],
+        },
+        "status": {
+            "phase": "Running",
+            "startTime": "t0",
+            "initContainerStatuses": [
+                {
+                    "name": "init",
+                    "restartCount": 0,
+                    "state": {"terminated": {"exitCode": 0, "reason": "Completed"}},
+                }
+            ],
+            "containerStatuses": [
+                {
+                    "name": "app",
+                    "restartCount": 2,
+                    "containerID": "c1",
+                    "state": {"running": {"startedAt": "t1"}},
+                }
+            ],
+        },
+    }
+    adopted = status.adopt(pod, now="t2")
+    app = adopted.records["app"]
+    assert app.restart_count == 2
+    assert app.terminated == {
+        "exitCode": 137,
+        "reason": "Error",
+        "message": status.LOST_ON_RESTART,
+        "startedAt": "t1",
+        "finishedAt": "t2",
+        "containerID": "c1",
+    }
+    assert adopted.awaiting_restart == {"app", "init"}
+    assert adopted.records["init"].terminated == {"exitCode": 0, "reason": "Completed"}
+    assert (adopted.terminal, adopted.start_time) == (False, "t0")
+
+
+def test_a_new_pod_starts_with_waiting_containers() -> None:
+    pod = {
+        "spec": {"initContainers": [{"name": "i", "image": "x"}], "containers": [{"name": "a", "image": "x"}]}
+    }
+    adopted = status.adopt(pod, now="t")
+    assert adopted.records["i"].waiting == {"reason": "ContainerCreating"}
+    assert adopted.records["a"].waiting == {"reason": "PodInitializing"}
+    assert not adopted.awaiting_restart and not adopted.terminal
