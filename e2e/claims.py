@@ -1,8 +1,8 @@
 """Reading what a job left on its checkpoint claim, after the job is gone.
 
-Locally the stand-in's directory for the claim *is* the volume (``<state>/pvs/<namespace>/<claim>``). On a
-real cluster the Ray pods are deleted when the RayJob ends, so a short-lived pod mounts the claim read-only
-and lists it (image from ``E2E_TRAINER_IMAGE``, the trainer image, which has a shell and Python).
+The Ray pods are deleted when the RayJob ends, so a short-lived pod mounts the claim read-only and lists
+it, as a user would (image from ``E2E_TRAINER_IMAGE``, the trainer image, which has a shell and Python).
+On the cluster bed the scheduler puts it on the claim's node (the volume's node affinity).
 """
 
 from __future__ import annotations
@@ -11,41 +11,13 @@ import json
 import os
 import time
 import uuid
-from pathlib import Path
 
 from e2e import cluster as cluster_module
-from e2e.kuberay_standin import launcher
 
 TRAINER_IMAGE_ENV = "E2E_TRAINER_IMAGE"
 
 
 class ClaimFiles:
-    def files(self, namespace: str, claim: str, under: str) -> list[str]:
-        """Paths of every file below ``under`` on the claim, relative to ``under``, sorted."""
-        raise NotImplementedError
-
-    def read(self, namespace: str, claim: str, path: str) -> str:
-        raise NotImplementedError
-
-
-class LocalClaimFiles(ClaimFiles):
-    def __init__(self, standin: launcher.StandInProcess) -> None:
-        self.standin = standin
-
-    def root(self, namespace: str, claim: str) -> Path:
-        return self.standin.claim_dir(namespace, claim)
-
-    def files(self, namespace: str, claim: str, under: str) -> list[str]:
-        base = self.root(namespace, claim) / under
-        return (
-            sorted(str(p.relative_to(base)) for p in base.rglob("*") if p.is_file()) if base.is_dir() else []
-        )
-
-    def read(self, namespace: str, claim: str, path: str) -> str:
-        return (self.root(namespace, claim) / path).read_text()
-
-
-class PodClaimFiles(ClaimFiles):
     """A pod that mounts the claim read-only and prints what is asked (Pod Security ``restricted``)."""
 
     def __init__(self, cluster: cluster_module.Cluster) -> None:
@@ -103,6 +75,7 @@ class PodClaimFiles(ClaimFiles):
             self.cluster.kubectl("delete", "pod", name, "-n", namespace, "--wait=false", check=False)
 
     def files(self, namespace: str, claim: str, under: str) -> list[str]:
+        """Paths of every file below ``under`` on the claim, relative to ``under``, sorted."""
         out = self._run(namespace, claim, f"cd /claim/{under} && find . -type f | sed 's|^./||' | sort")
         return [line for line in out.splitlines() if line]
 

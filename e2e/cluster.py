@@ -2,14 +2,17 @@
 
 Two kinds, one interface (:class:`Cluster`):
 
-- :class:`LocalCluster` (the default, CI): the test control plane of ``tests/controlplane`` (etcd +
-  kube-apiserver + kube-controller-manager on loopback) with KubeRay's CRDs, but **without our CRDs**: the
-  scenarios install those with ``helm install``, as a user does. The apiserver writes an audit log of every
+- :class:`LocalCluster` (the default, CI): the cluster bed of ``tests/clusterbed`` -- etcd, kube-apiserver,
+  kube-controller-manager, kube-scheduler, kube-proxy, CoreDNS and **KubeRay's own controller** (installed
+  from its kustomize manifests), with pods run by the node agent on two nodes. Our CRDs are absent: the
+  scenarios install them with ``helm install``, as a user does. The apiserver writes an audit log of every
   status write to our resources (``audit.POLICY``), which is how a scenario proves *who* wrote a status field.
 - :class:`RealCluster` (``E2E_REAL_CLUSTER=1``): whatever ``$KUBECONFIG`` points at, with KubeRay installed;
   kubectl and helm from ``$PATH`` (falling back to the ones built for the control plane). No audit log.
 
-This module starts and stops the local control plane; it runs no trainop component.
+Both are driven the same way from here on: ``helm install``, the chart's Deployment rolls out, faults go
+through ``kubectl exec`` and ``kubectl delete pod``. This module starts and stops the local cluster; it runs
+no trainop component.
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ from typing import Any
 import yaml
 
 from e2e import audit
+from tests.clusterbed import assets as bed_assets
+from tests.clusterbed import bed as bed_module
 from tests.controlplane import assets as assets_module
-from tests.controlplane import cluster as controlplane
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REAL_CLUSTER_ENV = "E2E_REAL_CLUSTER"
@@ -38,9 +42,9 @@ def real_cluster_requested() -> bool:
 class Cluster:
     """What a scenario needs from a cluster: kubectl and helm as a user runs them, and tokens."""
 
-    #: "local" (control plane + KubeRay stand-in) or "real" (``$KUBECONFIG``, real KubeRay).
+    #: "local" (the cluster bed: real KubeRay, pods on the node agent) or "real" (``$KUBECONFIG``).
     kind: str
-    #: The admin kubeconfig: the user's kubectl and helm, and the KubeRay stand-in, use it.
+    #: The admin kubeconfig: the user's kubectl and helm use it.
     kubeconfig: Path
     kubectl_path: Path
     helm_path: Path
@@ -128,9 +132,13 @@ class Cluster:
 
 
 class LocalCluster(Cluster):
-    """The test control plane with KubeRay's CRDs and an audit log; our CRDs come from ``helm install``."""
+    """The cluster bed (real KubeRay, two nodes on the node agent) with an audit log; our CRDs come from
+    ``helm install``."""
 
     kind = "local"
+    #: The bed's nodes: room for every scenario's pods at once, no GPUs (the unschedulable scenario asks
+    #: for one), and two of them so the scheduler has a real choice.
+    NODES = (bed_module.NodeSpec(name="node-a"), bed_module.NodeSpec(name="node-b"))
 
     def __init__(self, *, assets: assets_module.Assets, work_dir: Path) -> None:
         missing = [name for name in ("kubectl", "helm") if getattr(assets, name) is None]
@@ -142,9 +150,8 @@ class LocalCluster(Cluster):
         policy = audit_dir / "policy.yaml"
         policy.write_text(yaml.safe_dump(audit.POLICY, sort_keys=False))
         log_path = audit_dir / "audit.log"
-        settings = controlplane.ControlPlaneSettings(
-            crd_paths=(),  # ours come from the chart
-            install_kuberay_crds=True,  # a prerequisite, as on a real cluster (KubeRay's Helm chart)
+        settings = bed_module.BedSettings(
+            nodes=self.NODES,
             keep_data_dir=os.environ.get("TRAINOP_CONTROLPLANE_KEEP", "") not in ("", "0"),
             extra_apiserver_args=(
                 f"--audit-policy-file={policy}",
@@ -153,22 +160,22 @@ class LocalCluster(Cluster):
                 "--audit-log-mode=blocking",
             ),
         )
-        self.plane = controlplane.ControlPlane(assets=assets, settings=settings)
-        self.plane.start()
-        self.kubeconfig = self.plane.kubeconfig_path
+        self.bed = bed_module.ClusterBed(assets=assets, extra=bed_assets.ensure(), settings=settings)
+        self.bed.start()
+        self.kubeconfig = self.bed.plane.kubeconfig_path
         self.kubectl_path = assets.kubectl
         self.helm_path = assets.helm
         self.audit_log = audit.AuditLog(log_path)
 
     def tool_env(self) -> dict[str, str]:
         # kubectl and helm caches inside the control plane's data dir, not under $HOME.
-        return self.plane.tool_env()
+        return self.bed.plane.tool_env()
 
     def diagnostics(self) -> str:
-        return self.plane.log_tails(num_lines=20)
+        return self.bed.log_tails(num_lines=20)
 
     def close(self) -> None:
-        self.plane.stop()
+        self.bed.stop()
 
 
 class RealCluster(Cluster):

@@ -1,9 +1,8 @@
 """Fixtures of the e2e tier: the installed system (session), every scenario's script (session), outcomes.
 
-``e2e_env`` (session) brings the whole system up the way a user would, overlapping the slow parts: the
-cluster (local control plane, or ``$KUBECONFIG`` with ``E2E_REAL_CLUSTER=1``); locally the KubeRay
-stand-in, whose Ray start-up runs meanwhile; ``helm install`` of charts/trainop; locally the operator as
-the chart's ServiceAccount (on a real cluster: the Deployment's rollout).
+``e2e_env`` (session) brings the whole system up the way a user would: the cluster (the local cluster bed
+with KubeRay's real controller, or ``$KUBECONFIG`` with ``E2E_REAL_CLUSTER=1``), ``helm install`` of
+charts/trainop, and the rollout of the chart's operator Deployment (on the bed, a pod of the node agent).
 
 ``e2e_scripts`` (session) gives every selected test marked ``@scenario.acts(script)`` its own namespace
 and starts all their scripts at once (``scenario.ScriptRun``; ``E2E_CONCURRENCY=N`` caps how many act at a
@@ -11,8 +10,8 @@ time, 1 runs them one by one). ``e2e_script`` (function) is the test's own scrip
 waits for it and returns ``(scenario, facts)``. Each scenario's timeline is printed at the end of the
 run (section "e2e timelines") and, with ``E2E_TIMELINES=FILE``, appended to that file.
 
-A failed scenario gets the operator's and the stand-in's log tails and its RayJobs' entrypoint logs
-attached to its report.
+A failed scenario gets the operator pod's log, the cluster's component logs (locally) and its Ray
+clusters' driver logs (read from the head pods) attached to its report.
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ import pytest
 
 from e2e import claims, faults, install, scenario
 from e2e import cluster as cluster_module
-from e2e.kuberay_standin import launcher
 from tests.controlplane import assets
 
 _ENV = pytest.StashKey[scenario.Environment]()
@@ -60,59 +58,32 @@ def e2e_env(
     def mark(what: str) -> None:
         timings.append((what, time.monotonic() - started))
 
-    operator: install.OperatorProcess | None = None
-    standin: launcher.StandInProcess | None = None
     cluster: cluster_module.Cluster
     if real:
         cluster = cluster_module.RealCluster(assets=assets.resolve())
     else:
-        resolved = request.getfixturevalue("control_plane_assets")  # builds or skips, naming what is missing
+        resolved = request.getfixturevalue("control_plane_assets")  # builds or fails, naming what is missing
         cluster = cluster_module.LocalCluster(assets=resolved, work_dir=work)
+        for what, seconds in cluster.bed.timings.items():
+            timings.append((f"bed: {what}", seconds))
     mark(f"cluster ({cluster.kind}) up")
     try:
-        if not real:
-            standin = launcher.StandInProcess(kubeconfig=cluster.kubeconfig, state_dir=work / "standin")
-            standin.launch()  # Ray starts while helm installs the chart
         release = install.helm_install(cluster)
         mark("helm install done (CRDs Established)")
-        if real:
-            install.wait_for_rollout(cluster, release)
-            mark("operator Deployment rolled out")
-            env = scenario.Environment(
-                cluster=cluster,
-                release=release,
-                operator=None,
-                standin=None,
-                faults=faults.ClusterFaults(cluster),
-                claims=claims.PodClaimFiles(cluster),
-                work_dir=work,
-            )
-        else:
-            assert standin is not None
-            operator = install.OperatorProcess(cluster=cluster, release=release, work_dir=work / "operator")
-            operator.work_dir.mkdir()
-            operator.start()
-            mark("operator live (/healthz) as the chart ServiceAccount")
-            standin.wait_ready()
-            mark("KubeRay stand-in ready (Ray cluster up)")
-            env = scenario.Environment(
-                cluster=cluster,
-                release=release,
-                operator=operator,
-                standin=standin,
-                faults=faults.StandInFaults(cluster),
-                claims=claims.LocalClaimFiles(standin),
-                work_dir=work,
-            )
+        install.wait_for_rollout(cluster, release)
+        mark("operator Deployment rolled out")
+        env = scenario.Environment(
+            cluster=cluster,
+            release=release,
+            faults=faults.ClusterFaults(cluster),
+            claims=claims.ClaimFiles(cluster),
+            work_dir=work,
+        )
         request.config.stash[_ENV] = env
         yield env
     finally:
         if _ENV in request.config.stash:
             del request.config.stash[_ENV]
-        if standin is not None:
-            standin.stop()
-        if operator is not None:
-            operator.stop()
         cluster.close()
 
 
@@ -166,17 +137,38 @@ def pytest_runtest_makereport(
     if report.failed and report.when in ("call", "setup"):
         env = item.config.stash.get(_ENV, None)
         run = item.stash.get(_SCENARIO, None)
-        if env is not None and env.operator is not None:
-            report.sections.append(("operator log", env.operator.log_tail(60)))
-        if env is not None and env.standin is not None:
-            report.sections.append(("kuberay stand-in log", env.standin.log_tail(40)))
-            if run is not None:
-                for name, path in env.standin.driver_logs(run.namespace).items():
-                    lines = path.read_text(errors="replace").splitlines()
-                    report.sections.append((f"entrypoint log {name}", "\n".join(lines[-60:])))
+        if env is not None:
+            report.sections.append(("operator log", install.operator_log_tail(env.cluster, env.release)))
+            if diagnostics := env.cluster.diagnostics():
+                report.sections.append(("cluster logs", diagnostics))
+        if env is not None and run is not None:
+            for name, text in driver_logs(env, run.namespace).items():
+                report.sections.append((f"driver log {name}", text))
         if run is not None:
             report.sections.append(("timeline so far", run.timeline.render()))
     return report
+
+
+def driver_logs(env: scenario.Environment, namespace: str, num_lines: int = 60) -> dict[str, str]:
+    """The last lines of every Ray job driver log on the namespace's running head pods (``kubectl exec``)."""
+    found: dict[str, str] = {}
+    heads = env.cluster.kubectl(
+        "get", "pods", "-n", namespace, "-l", "ray.io/node-type=head", "-o", "name", check=False
+    ).stdout.split()
+    for head in heads:
+        result = env.cluster.kubectl(
+            "exec",
+            "-n",
+            namespace,
+            head,
+            "--",
+            "sh",
+            "-c",
+            f"tail -n {num_lines} /tmp/ray/session_latest/logs/job-driver-*.log",
+            check=False,
+        )
+        found[head.removeprefix("pod/")] = result.stdout or result.stderr
+    return found
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:

@@ -1,99 +1,122 @@
-"""Failure injection, the same two failures on both kinds of cluster.
+"""Failure injection, the way it happens on a cluster, through the user's own tools.
 
-- **kill a worker**: SIGKILL to one Ray Train worker process (the highest rank), as an OOM kill would do.
-  Ray Train restarts the worker group inside the attempt (failure layer 1).
-- **kill the driver**: SIGKILL to the RayJob's entrypoint process, as losing the head pod would do. The
-  RayJob fails and the operator starts the next attempt (failure layer 2).
+- **kill a worker**: ``kubectl exec`` into a worker pod of the attempt's RayCluster and, once a checkpoint
+  is committed, SIGKILL one Ray Train worker process (the trainer registers its pids in
+  ``$TRAINOP_PID_DIR`` inside the pod), as an OOM kill would. Ray Train restarts the worker group inside
+  the attempt (failure layer 1).
+- **kill the driver**: the same in the head pod, for the RayJob's entrypoint, as a crash of the driver
+  would. The RayJob fails and the operator starts the next attempt (failure layer 2).
+- **delete a worker pod** / **delete the head pod**: ``kubectl delete pod``, as a drained or lost node
+  would; KubeRay and Ray Train react as they do on any cluster.
 
-With the KubeRay stand-in a scenario asks for them the way a chaos tool would, by annotating the RayJob
-(``kuberay_standin.ANNOTATION_KILL_*``); the stand-in answers with a Warning Event naming the request. On a
-real cluster, ``kubectl exec`` into the Ray pods KubeRay created (labels ``ray.io/cluster`` and
-``ray.io/node-type``) does the same.
+The pods are found the way a user finds them: the RayJob's ``status.rayClusterName`` and KubeRay's labels
+``ray.io/cluster`` and ``ray.io/node-type``. The same code runs on the local cluster bed and on a real
+cluster.
 """
 
 from __future__ import annotations
 
-import uuid
-
 from e2e import cluster as cluster_module
-from e2e import kuberay_standin
-from e2e import watch as watch_module
-
-# Runs inside the head pod: SIGKILL the trainer's entrypoint (started by Ray's job supervisor).
-_KILL_DRIVER = (
-    "import os, signal\n"
-    "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
-    "    try:\n"
-    "        argv = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\\0')\n"
-    "    except OSError:\n"
-    "        continue\n"
-    "    if b'trainop_trainer' in argv and b'--config' in argv:\n"
-    "        os.kill(int(pid), signal.SIGKILL); print('killed', pid, b' '.join(argv).decode())\n"
-)
-# Runs inside a worker pod: SIGKILL the Ray Train worker that registered its pid there.
-_KILL_WORKER = (
-    'for f in "${TRAINOP_PID_DIR:-/tmp/trainop/pids}"/*.pid; do '
-    'kill -9 "$(cat "$f")" && echo "killed $(cat "$f") ($f)" && exit 0; done; exit 1'
-)
 
 
-class Faults:
+# Runs inside a Ray pod (the trainer image has Python): wait until the job has a committed checkpoint and
+# a process to kill, then SIGKILL it and print the newest checkpoint step. Waiting *inside the pod* is
+# what makes the kill land in time on any machine: the tiny e2e job trains hundreds of steps per second,
+# faster than an API round trip. A committed checkpoint is a ``step_N`` directory with its commit marker
+# (``manifest.json`` of the format-1 store, ``.metadata`` of torch.distributed.checkpoint).
+#   argv: <checkpoints dir> <"worker"|"driver"> <timeout seconds>
+_KILL_AFTER_CHECKPOINT = r"""
+import os, re, signal, sys, time
+checkpoints, target, timeout = sys.argv[1], sys.argv[2], float(sys.argv[3])
+pid_dir = os.environ.get("TRAINOP_PID_DIR", "/tmp/trainop/pids")
+own_net = os.stat("/proc/self/ns/net").st_ino
+
+def newest_checkpoint():
+    try:
+        names = os.listdir(checkpoints)
+    except OSError:
+        return None
+    markers = ("manifest.json", ".metadata")
+    steps = [
+        int(m.group(1))
+        for n in names
+        if (m := re.fullmatch(r"step_(\d+)", n))
+        and any(os.path.exists(os.path.join(checkpoints, n, marker)) for marker in markers)
+    ]
+    return max(steps, default=None)
+
+def victim():
+    if target == "worker":  # a Ray Train worker registered its pid in this pod
+        for name in sorted(os.listdir(pid_dir)) if os.path.isdir(pid_dir) else ():
+            try:
+                return int(open(os.path.join(pid_dir, name)).read().strip()), name
+            except (OSError, ValueError):
+                continue
+        return None
+    # the RayJob's entrypoint; only this pod's processes (the node agent gives pods no PID namespace)
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            if os.stat(f"/proc/{pid}/ns/net").st_ino != own_net:
+                continue
+        except OSError:
+            continue
+        if any(b"trainop_trainer" in a for a in argv) and b"--config" in argv:
+            return int(pid), b" ".join(argv).decode()
+    return None
+
+deadline = time.monotonic() + timeout
+while time.monotonic() < deadline:
+    step, found = newest_checkpoint(), victim()
+    if step is not None and found is not None:
+        os.kill(found[0], signal.SIGKILL)
+        print(f"killed {found[0]} ({found[1]}) after checkpoint step {step}")
+        sys.exit(0)
+    time.sleep(0.1)
+print(f"no checkpoint and {target} process within {timeout:.0f}s:",
+      f"checkpoint {newest_checkpoint()}, process {victim()}")
+sys.exit(1)
+"""
+KILL_WAIT_S = 240
+
+
+class ClusterFaults:
     """Injects a failure into the RayJob ``ray_job`` of ``namespace``; returns what was done, in words."""
 
     def __init__(self, cluster: cluster_module.Cluster) -> None:
         self.cluster = cluster
 
-    def kill_worker(self, namespace: str, ray_job: str, events: watch_module.KubectlWatch) -> str:
-        raise NotImplementedError
-
-    def kill_driver(self, namespace: str, ray_job: str, events: watch_module.KubectlWatch) -> str:
-        raise NotImplementedError
-
-
-class StandInFaults(Faults):
-    def kill_worker(self, namespace: str, ray_job: str, events: watch_module.KubectlWatch) -> str:
-        return self._request(
-            namespace, ray_job, kuberay_standin.ANNOTATION_KILL_WORKER, "WorkerKilled", events
+    def kill_after_checkpoint(self, namespace: str, ray_job: str, *, checkpoints: str, target: str) -> str:
+        """Once ``checkpoints`` (the path inside the pods) holds a committed checkpoint, SIGKILL a Ray Train
+        worker (``target="worker"``, in the last worker pod) or the entrypoint (``"driver"``, in the head)."""
+        pod = self.pods(namespace, ray_job, "head" if target == "driver" else "worker")[-1]
+        result = self.cluster.kubectl(
+            "exec",
+            "-n",
+            namespace,
+            pod,
+            "--",
+            "python",
+            "-c",
+            _KILL_AFTER_CHECKPOINT,
+            checkpoints,
+            target,
+            str(KILL_WAIT_S),
+            check=False,
+            timeout_s=KILL_WAIT_S + 60,
         )
+        answer = (result.stdout + result.stderr).strip()
+        assert result.returncode == 0, f"pod {pod}: {answer}"
+        return f"pod {pod}: {answer}"
 
-    def kill_driver(self, namespace: str, ray_job: str, events: watch_module.KubectlWatch) -> str:
-        return self._request(
-            namespace, ray_job, kuberay_standin.ANNOTATION_KILL_DRIVER, "DriverKilled", events
-        )
+    def delete_pod(self, namespace: str, ray_job: str, node_type: str) -> str:
+        """``kubectl delete pod`` of the (last) running pod of ``node_type`` ("head" or "worker")."""
+        pod = self.pods(namespace, ray_job, node_type)[-1]
+        self.cluster.kubectl("delete", "pod", pod, "-n", namespace, "--wait=false")
+        return f"deleted pod {pod}"
 
-    def _request(
-        self, namespace: str, ray_job: str, annotation: str, reason: str, events: watch_module.KubectlWatch
-    ) -> str:
-        nonce = uuid.uuid4().hex[:8]
-        self.cluster.kubectl(
-            "annotate", "rayjob", ray_job, "-n", namespace, f"{annotation}={nonce}", "--overwrite"
-        )
-        request = f"{annotation}={nonce}"
-        answer = events.wait_for(
-            lambda event: (
-                (event.get("involvedObject") or {}).get("name") == ray_job
-                and request in str(event.get("message", ""))
-            ),
-            timeout_s=60,
-            what=f"the stand-in's answer to {request}",
-        )
-        assert answer["reason"] == reason, answer
-        return str(answer["message"])
-
-
-class ClusterFaults(Faults):
-    def kill_worker(self, namespace: str, ray_job: str, events: watch_module.KubectlWatch) -> str:
-        pod = self._pods(namespace, ray_job, "worker")[-1]
-        result = self.cluster.kubectl("exec", "-n", namespace, pod, "--", "sh", "-c", _KILL_WORKER)
-        return f"pod {pod}: {result.stdout.strip()}"
-
-    def kill_driver(self, namespace: str, ray_job: str, events: watch_module.KubectlWatch) -> str:
-        pod = self._pods(namespace, ray_job, "head")[0]
-        result = self.cluster.kubectl("exec", "-n", namespace, pod, "--", "python", "-c", _KILL_DRIVER)
-        assert "killed" in result.stdout, f"no trainer entrypoint found in pod {pod}: {result.stdout}"
-        return f"pod {pod}: {result.stdout.strip()}"
-
-    def _pods(self, namespace: str, ray_job: str, node_type: str) -> list[str]:
+    def pods(self, namespace: str, ray_job: str, node_type: str) -> list[str]:
+        """The running pods of ``node_type`` of the RayJob's RayCluster, by name."""
         status = self.cluster.kubectl_json("get", "rayjob", ray_job, "-n", namespace).get("status") or {}
         cluster_name = status["rayClusterName"]
         pods = self.cluster.kubectl_json(
@@ -105,7 +128,10 @@ class ClusterFaults(Faults):
             f"ray.io/cluster={cluster_name},ray.io/node-type={node_type}",
         )["items"]
         names = sorted(
-            p["metadata"]["name"] for p in pods if (p.get("status") or {}).get("phase") == "Running"
+            p["metadata"]["name"]
+            for p in pods
+            if (p.get("status") or {}).get("phase") == "Running"
+            and not p["metadata"].get("deletionTimestamp")
         )
         assert names, f"no running {node_type} pod of RayCluster {cluster_name}"
         return names

@@ -1,29 +1,20 @@
 """Installing trainop as a user does: ``helm install charts/trainop``, then the operator it deploys.
 
-On a real cluster the chart's Deployment runs the operator (image from ``E2E_OPERATOR_IMAGE``) and this
-module waits for its rollout. On the local control plane no pod can run, so the operator runs here as a
-process that is as close to that pod as a process gets:
-
-- the **command and arguments of the chart's rendered Deployment** (``helm get manifest``), with only the
-  two ports replaced by free ones (several test sessions may share this machine);
-- the Deployment's environment (``fieldRef`` values filled in as the kubelet would);
-- the **chart's ServiceAccount**: a TokenRequest token (``kubectl create token``), in a kubeconfig with no
-  other credential, so the operator has exactly the chart's RBAC, no more.
+On every cluster the chart's Deployment runs the operator, and this module waits for its rollout: on a real
+cluster from ``E2E_OPERATOR_IMAGE``, on the local cluster bed as a pod of the node agent, whose image map
+points the chart's default image at this checkout (its command, arguments, ServiceAccount token, probes
+and security context are the chart's; docs/nodeagent.md says what the agent honours).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import sys
-import urllib.request
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from e2e import cluster as cluster_module
-from tests.controlplane import processes
 
 CHART = cluster_module.REPO_ROOT / "charts" / "trainop"
 RELEASE = "trainop"
@@ -67,6 +58,7 @@ def helm_install(cluster: cluster_module.Cluster) -> Release:
 
 
 def wait_for_rollout(cluster: cluster_module.Cluster, release: Release, timeout_s: int = 300) -> None:
+    """``kubectl rollout status`` of the operator's Deployment: its pod is Ready (its /healthz answers)."""
     name = release.deployment["metadata"]["name"]
     cluster.kubectl(
         "rollout",
@@ -79,72 +71,10 @@ def wait_for_rollout(cluster: cluster_module.Cluster, release: Release, timeout_
     )
 
 
-class OperatorProcess:
-    """The chart's operator container, run here as a process with the chart ServiceAccount's token."""
-
-    def __init__(self, *, cluster: cluster_module.Cluster, release: Release, work_dir: Path) -> None:
-        self.cluster = cluster
-        self.release = release
-        self.work_dir = work_dir
-        self.process: processes.ManagedProcess | None = None
-        self.liveness_port = 0
-        self.metrics_port = 0
-
-    def argv(self) -> list[str]:
-        container = self.release.container
-        command = [*container.get("command", []), *container.get("args", [])]
-        binary = Path(sys.executable).parent / command[0]  # the image's `trainop` is this venv's
-        ports = {"--liveness-port": self.liveness_port, "--metrics-port": self.metrics_port}
-        args = []
-        for arg in command[1:]:
-            flag = arg.partition("=")[0]
-            args.append(f"{flag}={ports[flag]}" if flag in ports else arg)
-        return [str(binary), *args]
-
-    def env(self, kubeconfig: Path) -> dict[str, str]:
-        field_values = {
-            "metadata.name": "trainop-e2e-local",
-            "metadata.namespace": self.release.namespace,
-        }
-        env = {k: v for k, v in os.environ.items() if k not in ("KUBERNETES_SERVICE_HOST", "KUBECONFIG")}
-        for variable in self.release.container.get("env", []):
-            if "value" in variable:
-                env[variable["name"]] = str(variable["value"])
-            else:
-                env[variable["name"]] = field_values[variable["valueFrom"]["fieldRef"]["fieldPath"]]
-        env["HOME"] = str(self.work_dir)  # the pod's HOME is /tmp; keep this process's files together
-        env["KUBECONFIG"] = str(kubeconfig)
-        return env
-
-    def start(self, timeout_s: float = 60) -> None:
-        self.liveness_port = processes.free_loopback_port()
-        self.metrics_port = processes.free_loopback_port()
-        token = self.cluster.create_token(self.release.namespace, self.release.service_account)
-        kubeconfig = self.cluster.kubeconfig_for_token(
-            token, namespace=self.release.namespace, path=self.work_dir / "operator.kubeconfig"
-        )
-        self.process = processes.ManagedProcess.start(
-            name="trainop-operator",
-            argv=self.argv(),
-            log_path=self.work_dir / "operator.log",
-            env=self.env(kubeconfig),
-        )
-        self.process.wait_healthy(self._healthy, timeout_s=timeout_s, interval_s=0.2)
-
-    def _healthy(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=2) as r:
-                return int(r.status) == 200
-        except OSError:
-            return False
-
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.is_running()
-
-    def log_tail(self, num_lines: int = 60) -> str:
-        return self.process.log_tail(num_lines=num_lines) if self.process else "(not started)"
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.stop(grace_s=10)
+def operator_log_tail(cluster: cluster_module.Cluster, release: Release, num_lines: int = 60) -> str:
+    """The operator pod's last lines (``kubectl logs deploy/...``), for a failed scenario's report."""
+    name = release.deployment["metadata"]["name"]
+    result = cluster.kubectl(
+        "logs", f"deployment/{name}", "-n", release.namespace, f"--tail={num_lines}", check=False
+    )
+    return result.stdout or result.stderr

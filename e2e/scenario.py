@@ -1,7 +1,7 @@
 """One scenario: a namespace, the manifest a user applies, and everything they would watch while it runs.
 
-``Environment`` is the session's installed system (cluster, chart, operator, KubeRay or its stand-in, the
-failure injector, the claim reader). ``Scenario`` is one test's view of it: ``apply`` runs ``kubectl apply
+``Environment`` is the session's installed system (cluster, chart and its operator, the failure injector,
+the claim reader). ``Scenario`` is one test's view of it: ``apply`` runs ``kubectl apply
 -f`` and starts three real ``kubectl --watch`` streams (the owner, its RayJobs, the namespace's Events)
 that feed the timeline; ``wait_for`` blocks on the owner's stream; ``history`` is every version of the
 owner that kubectl printed, with the second it arrived, for assertions about how the columns moved.
@@ -28,7 +28,7 @@ import yaml
 from e2e import claims, faults, install
 from e2e import cluster as cluster_module
 from e2e import watch as watch_module
-from e2e.kuberay_standin import launcher
+from trainop.api import trainer_config
 
 Obj = dict[str, Any]
 
@@ -43,9 +43,7 @@ CLAIM_SUFFIX = {"TrainingJob": "-ckpt", "TuningSweep": "-sweep-ckpt"}
 class Environment:
     cluster: cluster_module.Cluster
     release: install.Release
-    operator: install.OperatorProcess | None  # None on a real cluster: the chart's Deployment runs it
-    standin: launcher.StandInProcess | None  # None on a real cluster: KubeRay runs Ray
-    faults: faults.Faults
+    faults: faults.ClusterFaults
     claims: claims.ClaimFiles
     work_dir: Path
 
@@ -123,19 +121,37 @@ class Scenario:
     def trainer_identity(self) -> str:
         return f"system:serviceaccount:{self.namespace}:{self.name}{CHILD_SUFFIX[self.kind]}"
 
-    def kill_worker(self, attempt: int) -> str:
-        """SIGKILL a Ray Train worker of ``attempt``; raises unless it was done. Returns what was done."""
-        self.timeline.note(f"inject: kill a Ray Train worker of {self.ray_job(attempt)}")
-        return self._noted(self.env.faults.kill_worker(self.namespace, self.ray_job(attempt), self.events))
+    def kill_worker(self, attempt: int) -> int:
+        """SIGKILL a Ray Train worker of ``attempt`` right after its first committed checkpoint; raises
+        unless it was done. Returns the newest checkpoint step at the kill."""
+        return self._kill(attempt, "worker", "a Ray Train worker")
 
-    def kill_driver(self, attempt: int) -> str:
-        """SIGKILL the entrypoint of ``attempt``; raises unless it was done. Returns what was done."""
-        self.timeline.note(f"inject: kill the entrypoint of {self.ray_job(attempt)}")
-        return self._noted(self.env.faults.kill_driver(self.namespace, self.ray_job(attempt), self.events))
+    def kill_driver(self, attempt: int) -> int:
+        """SIGKILL the entrypoint of ``attempt`` right after its first committed checkpoint; raises unless
+        it was done. Returns the newest checkpoint step at the kill."""
+        return self._kill(attempt, "driver", "the entrypoint")
+
+    def _kill(self, attempt: int, target: str, what: str) -> int:
+        self.timeline.note(
+            f"inject: kill {what} of {self.ray_job(attempt)} after a checkpoint (kubectl exec)"
+        )
+        checkpoints = (
+            f"{trainer_config.CHECKPOINT_MOUNT_PATH}/{self.name}/checkpoints"  # the run's name is the job's
+        )
+        answer = self._noted(
+            self.env.faults.kill_after_checkpoint(
+                self.namespace, self.ray_job(attempt), checkpoints=checkpoints, target=target
+            )
+        )
+        return int(answer.rsplit("checkpoint step ", 1)[1].split()[0])
+
+    def delete_pod(self, attempt: int, node_type: str) -> str:
+        """``kubectl delete pod`` of a running ``node_type`` pod ("head"/"worker") of ``attempt``."""
+        self.timeline.note(f"inject: kubectl delete pod, a {node_type} of {self.ray_job(attempt)}")
+        return self._noted(self.env.faults.delete_pod(self.namespace, self.ray_job(attempt), node_type))
 
     def _noted(self, answer: str) -> str:
-        if self.env.standin is None:  # the stand-in's answer is an Event, already on the timeline
-            self.timeline.note(f"  {answer}")
+        self.timeline.note(f"  {answer}")
         return answer
 
     # ----------------------------------------------------------------------------------------- watching
