@@ -17,7 +17,7 @@ cluster.
 from __future__ import annotations
 
 from e2e import cluster as cluster_module
-
+from trainop.controller import rayjob
 
 # Runs inside a Ray pod (the trainer image has Python): wait until the job has a committed checkpoint and
 # a process to kill, then SIGKILL it and print the newest checkpoint step. Waiting *inside the pod* is
@@ -90,11 +90,14 @@ class ClusterFaults:
         """Once ``checkpoints`` (the path inside the pods) holds a committed checkpoint, SIGKILL a Ray Train
         worker (``target="worker"``, in the last worker pod) or the entrypoint (``"driver"``, in the head)."""
         pod = self.pods(namespace, ray_job, "head" if target == "driver" else "worker")[-1]
+        container = rayjob.HEAD_CONTAINER if target == "driver" else rayjob.WORKER_CONTAINER
         result = self.cluster.kubectl(
             "exec",
             "-n",
             namespace,
             pod,
+            "-c",
+            container,
             "--",
             "python",
             "-c",
