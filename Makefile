@@ -37,10 +37,14 @@ lint: $(STAMP) ## ruff (lint + format check) and mypy --strict on the API and op
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy --strict operator/trainop
-	$(VENV)/bin/mypy --strict tests/controlplane
+	$(VENV)/bin/mypy --strict tests/controlplane tests/tiers.py tests/tier_gate.py
+
+.PHONY: preflight
+preflight: ## check the tools `make test` needs (Go, util-linux); names the command that installs a missing one
+	@bash tests/preflight.sh
 
 .PHONY: controlplane
-controlplane: ## build (once, cached under ~/.cache/trainop) kube-apiserver, etcd, controller-manager, kubectl, helm
+controlplane: preflight ## build (once, cached under ~/.cache/trainop) kube-apiserver, etcd, controller-manager, kubectl, helm, promtool
 	bash tests/controlplane/build.sh
 
 .PHONY: controlplane-optional
@@ -56,7 +60,7 @@ test-unit: $(STAMP) ## fast tier: no control plane, no Ray
 	$(PY) -m pytest -m "not controlplane and not ray and not e2e" $(PYTEST_ARGS)
 
 .PHONY: test
-test: $(STAMP) controlplane-optional ## every test: unit, real control plane, real Ray, e2e
+test: $(STAMP) controlplane ## every test: unit, real control plane, real Ray, e2e, chart, monitoring (per-tier counts at the end)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 .PHONY: e2e

@@ -6,7 +6,7 @@
 # --optional: when there is no Go toolchain, print one line and exit 0 instead of failing (for CI and
 # `make test` on machines that run only the fast tier; the pytest tier then says it did not run).
 #
-# Components: kube-apiserver kube-controller-manager kubectl etcd helm kuberay-crds
+# Components: kube-apiserver kube-controller-manager kubectl etcd helm kuberay-crds promtool
 #
 # Nothing is downloaded except through the Go module proxy. Nothing is written into the repository.
 # Layout (tests/controlplane/assets.py computes the same paths; keep the two in step):
@@ -15,6 +15,7 @@
 #   $CACHE/controlplane/etcd-<v>/bin/etcd
 #   $CACHE/controlplane/helm-<v>/bin/helm
 #   $CACHE/controlplane/kuberay-<v>/crds/ray.io_{rayclusters,rayjobs}.yaml
+#   $CACHE/controlplane/promtool-<v>/bin/promtool   (the monitoring tier's rule checker and rule tests)
 #   $CACHE/controlplane/*/src/             throwaway Go wrapper modules (safe to delete)
 #   $CACHE/bin/                            symlinks to the pinned binaries, handy for PATH
 #   $CACHE/controlplane/build-times.tsv    how long each build took on this machine
@@ -39,6 +40,7 @@ K8S_DIR="$CP_ROOT/kubernetes-$K8S_VERSION"
 ETCD_DIR="$CP_ROOT/etcd-$ETCD_VERSION"
 HELM_DIR="$CP_ROOT/helm-$HELM_VERSION"
 KUBERAY_DIR="$CP_ROOT/kuberay-$KUBERAY_VERSION"
+PROMTOOL_DIR="$CP_ROOT/promtool-$PROMETHEUS_VERSION"
 
 if [[ -n "${GO:-}" ]]; then :
 elif command -v go >/dev/null 2>&1; then GO="$(command -v go)"
@@ -222,10 +224,31 @@ fetch_kuberay_crds() {
   log "KubeRay CRDs -> $dest"
 }
 
+# ----------------------------------------------------------------------------------------- promtool
+# The monitoring tier's `promtool check rules` / `promtool test rules`. Built here rather than taken from
+# a distribution package so that `make test` alone provides it, at a pinned version. Prometheus' Go
+# module is versioned v0.<major*100+minor>.<patch> (v0.316.0 is Prometheus 3.16.0) and has no replace
+# directives, so plain `go install` works, as for helm.
+build_promtool() {
+  local out="$PROMTOOL_DIR/bin/promtool"
+  if [[ -x "$out" ]]; then log "promtool $PROMETHEUS_VERSION: cached at $out"; link_into_cache_bin "$out"; return 0; fi
+  log "building promtool $PROMETHEUS_VERSION (github.com/prometheus/prometheus/cmd/promtool)"
+  mkdir -p "$PROMTOOL_DIR/bin" "$PROMTOOL_DIR/gobin.tmp"
+  local start=$SECONDS
+  with_heartbeat promtool env GOBIN="$PROMTOOL_DIR/gobin.tmp" GOFLAGS= "$GO" install -trimpath \
+    -ldflags "-s -w -X github.com/prometheus/common/version.Version=$PROMETHEUS_VERSION" \
+    "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION"
+  mv -f "$PROMTOOL_DIR/gobin.tmp/promtool" "$out"
+  rmdir "$PROMTOOL_DIR/gobin.tmp"
+  record_time promtool "$PROMETHEUS_VERSION" $((SECONDS - start))
+  log "built promtool in $((SECONDS - start))s -> $out"
+  link_into_cache_bin "$out"
+}
+
 # --------------------------------------------------------------------------------------------- main
 components=("$@")
 if (( ${#components[@]} == 0 )) || [[ "${components[0]}" == all ]]; then
-  components=(etcd kube-apiserver kube-controller-manager kubectl kuberay-crds helm)
+  components=(etcd kube-apiserver kube-controller-manager kubectl kuberay-crds helm promtool)
 fi
 mkdir -p "$CP_ROOT"
 # One build at a time per cache (parallel pytest-xdist workers, a second terminal): the others wait here
@@ -243,6 +266,7 @@ for c in "${components[@]}"; do
     etcd) build_etcd ;;
     helm) build_helm ;;
     kuberay-crds) fetch_kuberay_crds ;;
+    promtool) build_promtool ;;
     *) echo "build.sh: unknown component '$c'" >&2; exit 2 ;;
   esac
 done
