@@ -9,7 +9,7 @@ not run or a test was skipped outside the GPU allow-list (docs/reliability.md, "
 import pytest
 
 # pytester: tests/unit/test_tier_gate.py runs small inner pytest sessions under the tiers plugin.
-pytest_plugins = ["tests.controlplane.fixtures", "tests.tiers", "pytester"]
+pytest_plugins = ["tests.controlplane.fixtures", "tests.tiers", "tests.property_seed", "pytester"]
 
 
 def pytest_runtest_setup(item: "pytest.Item") -> None:
