@@ -28,8 +28,8 @@ demo: $(STAMP) ## run the CPU TrainingJob locally on Ray, with one injected work
 	$(VENV)/bin/trainop run examples/cpu-mlp.yaml --fresh --inject-failure-at-step 220
 
 .PHONY: crds
-crds: $(STAMP) ## regenerate crds/ (and the chart's copy) from the pydantic models
-	$(VENV)/bin/trainop crds --out crds --docs docs/api.md
+crds: $(STAMP) ## regenerate crds/ (and the chart's copy), docs/api.md and the chart's RBAC from the models
+	$(VENV)/bin/trainop crds --out crds --docs docs/api.md --chart-rbac charts/trainop/templates/_rbac.tpl
 	bash charts/sync.sh
 
 .PHONY: lint

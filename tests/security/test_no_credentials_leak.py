@@ -22,8 +22,7 @@ from kuberay_standin import KubeRayStandIn
 
 from tests.controlplane import cluster, kubeconfig
 from tests.reliability import operator_runner
-from tests.security.as_token import bind_cluster_role
-from trainop.controller import rbac
+from tests.security import chart_rbac
 
 pytestmark = pytest.mark.controlplane
 
@@ -39,9 +38,7 @@ def test_no_token_environment_secret_or_spec_value_appears_in_status_events_logs
     tmp_path: Path,
 ) -> None:
     ns, api = isolated_namespace, Api(isolated_plane)
-    token = bind_cluster_role(
-        isolated_plane, f"leak-test-{ns}"[:63], rbac.OPERATOR_RULES, ns, "trainop-operator"
-    )
+    _, token = chart_rbac.install(isolated_plane, ns)  # the chart's RBAC and admission policy
     secrets = {
         "operator token": token,
         "operator token signature": token.rsplit(".", 1)[1],
