@@ -6,8 +6,10 @@ registers nothing globally, so tests can run several operators in one process), 
 endpoint, and prometheus-client's HTTP server for ``metrics.REGISTRY`` on its own port.
 
 Scope: every namespace (``namespaces=None``) or the listed ones (kopf namespace patterns, e.g.
-``["team-a", "ml-*"]``). The operator runs standalone (one replica); with ``peering`` set it joins a
-kopf peering object so that only one of several replicas acts at a time. This module must not reconcile.
+``["team-a", "ml-*"]``). The operator runs kopf standalone: one replica (the chart's Deployment, Recreate
+strategy). kopf's peering, which lets several replicas take turns, is not offered: it needs kopf's peering
+CRDs and RBAC the chart does not ship, and without them kopf pauses every handler without an error.
+This module must not reconcile.
 """
 
 from __future__ import annotations
@@ -35,7 +37,6 @@ def run(
     log_format: str = "plain",
     verbose: bool = False,
     workers: int = options.DEFAULT_WORKERS,
-    peering: str | None = None,
     watch_inactivity_timeout: float | None = None,
 ) -> int:
     """Run the operator until SIGINT/SIGTERM; returns the process exit code (0).
@@ -46,7 +47,6 @@ def run(
     kubeconfig     a kubeconfig path; default: in-cluster ServiceAccount, else $KUBECONFIG.
     log_format     "plain", "full" or "json" (one JSON object per line, for log pipelines).
     workers        concurrent reconciles (of different owners; one owner is never reconciled twice at once).
-    peering        a kopf peering name for multi-replica deployments; None runs standalone.
     watch_inactivity_timeout
                    seconds without any event (not even the apiserver's bookmarks, about one a minute) after
                    which a watch stream counts as dead and is re-established; None keeps kopf's 70 s.
@@ -63,7 +63,6 @@ def run(
             liveness_port=liveness_port,
             kubeconfig=kubeconfig,
             workers=workers,
-            peering=peering,
             watch_inactivity_timeout=watch_inactivity_timeout,
         )
     )
@@ -76,7 +75,6 @@ async def serve(
     liveness_port: int | None,
     kubeconfig: str | None,
     workers: int,
-    peering: str | None,
     watch_inactivity_timeout: float | None = None,
     stop_flag: asyncio.Event | threading.Event | None = None,
     ready_flag: asyncio.Event | threading.Event | None = None,
@@ -104,8 +102,7 @@ async def serve(
             clusterwide=namespaces is None,
             namespaces=list(namespaces or ()),
             liveness_endpoint=f"http://0.0.0.0:{liveness_port}/healthz" if liveness_port else None,
-            standalone=peering is None,
-            peering_name=peering,
+            standalone=True,
             stop_flag=stop_flag,
             ready_flag=ready_flag,
         )
