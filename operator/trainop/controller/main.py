@@ -114,15 +114,17 @@ async def serve(
 
 def _register_login(registry: kopf.OperatorRegistry, kubeconfig: str | None) -> None:
     """kopf's watch streams authenticate exactly like ``kube.Kube``: the pod's ServiceAccount, else the
-    kubeconfig (re-read at every login, so tokens from exec plugins are refreshed when kopf re-logs in).
+    kubeconfig (re-read at every login, so rotated ServiceAccount tokens and tokens from exec plugins are
+    refreshed when kopf re-logs in).
 
+    Not ``kopf.login_with_service_account``: it always connects to https://kubernetes.default.svc, while
+    the operator's own client (the Kubernetes client's in-cluster loader) uses KUBERNETES_SERVICE_HOST and
+    _PORT; one address for both (tests/security/test_in_cluster_credentials.py, with no cluster DNS).
     A private registry gets none of kopf's implicit login handlers, so the choice is explicit here.
     """
 
     @kopf.on.login(registry=registry)
     async def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        if kube.in_cluster(kubeconfig):
-            return kopf.login_with_service_account(**kwargs)
         configuration = await kube.load_configuration(kubeconfig)
         header = configuration.api_key.get("BearerToken") or configuration.api_key.get("authorization") or ""
         scheme, _, token = header.partition(" ") if " " in header else ("", "", header)
