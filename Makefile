@@ -37,7 +37,7 @@ lint: $(STAMP) ## ruff (lint + format check) and mypy --strict on the API and op
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy --strict operator/trainop
-	$(VENV)/bin/mypy --strict tests/controlplane tests/tiers.py tests/tier_gate.py
+	$(VENV)/bin/mypy --strict tests/controlplane tests/tiers.py tests/tier_gate.py tests/property_seed.py
 
 .PHONY: preflight
 preflight: ## check the tools `make test` needs (Go, util-linux); names the command that installs a missing one
