@@ -14,7 +14,7 @@ GO_INSTALL="curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | tar -C /u
 missing=0
 
 need() {  # tool, install command
-  echo "make test: missing $1; install it with: $2" >&2
+  echo "preflight (make test, .ci/run): missing $1; install it with: $2" >&2
   missing=1
 }
 
