@@ -28,8 +28,8 @@ demo: $(STAMP) ## run the CPU TrainingJob locally on Ray, with one injected work
 	$(VENV)/bin/trainop run examples/cpu-mlp.yaml --fresh --inject-failure-at-step 220
 
 .PHONY: crds
-crds: $(STAMP) ## regenerate crds/ (and the chart's copy) from the pydantic models
-	$(VENV)/bin/trainop crds --out crds --docs docs/api.md
+crds: $(STAMP) ## regenerate crds/ (and the chart's copy), docs/api.md and the chart's RBAC from the models
+	$(VENV)/bin/trainop crds --out crds --docs docs/api.md --chart-rbac charts/trainop/templates/_rbac.tpl
 	bash charts/sync.sh
 
 .PHONY: lint
@@ -37,31 +37,31 @@ lint: $(STAMP) ## ruff (lint + format check) and mypy --strict on the API and op
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy --strict operator/trainop
-	$(VENV)/bin/mypy --strict tests/controlplane
+	$(VENV)/bin/mypy --strict tests/controlplane tests/tiers.py tests/tier_gate.py tests/property_seed.py
 	$(VENV)/bin/mypy --strict tests/nodeagent tests/clusterbed
 
+.PHONY: preflight
+preflight: ## check the tools `make test` needs (Go, util-linux); names the command that installs a missing one
+	@bash tests/preflight.sh
+
 .PHONY: controlplane
-controlplane: ## build (once, cached under ~/.cache/trainop) kube-apiserver, etcd, controller-manager, kubectl, helm
+controlplane: preflight ## build (once, cached under ~/.cache/trainop) the control plane, scheduler, kube-proxy, KubeRay, CoreDNS, helm, promtool
 	bash tests/controlplane/build.sh
 
-.PHONY: controlplane-optional
-controlplane-optional: ## build the control plane if a Go toolchain exists (else the tier says it did not run)
-	bash tests/controlplane/build.sh --optional
-
 .PHONY: dev-cluster
-dev-cluster: $(STAMP) controlplane ## start a local control plane with our CRDs and print its KUBECONFIG
-	$(PY) -m tests.controlplane
+dev-cluster: $(STAMP) controlplane ## a whole cluster here (KubeRay, scheduler, DNS, pods on the node agent, trainop installed)
+	$(PY) -m tests.clusterbed
 
 .PHONY: test-unit
 test-unit: $(STAMP) ## fast tier: no control plane, no Ray
 	$(PY) -m pytest -m "not controlplane and not ray and not e2e" $(PYTEST_ARGS)
 
 .PHONY: test
-test: $(STAMP) controlplane-optional ## every test: unit, real control plane, real Ray, e2e
+test: $(STAMP) controlplane ## every test: unit, real control plane, real Ray, e2e, chart, monitoring (per-tier counts at the end)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 .PHONY: e2e
-e2e: $(STAMP) controlplane-optional ## the end-to-end scenarios (KUBECONFIG=... E2E_REAL_CLUSTER=1 for a real cluster)
+e2e: $(STAMP) controlplane ## the end-to-end scenarios (KUBECONFIG=... E2E_REAL_CLUSTER=1 for a real cluster)
 	KUBECONFIG=$(KUBECONFIG) E2E_REAL_CLUSTER=$(E2E_REAL_CLUSTER) $(PY) -m pytest e2e $(PYTEST_ARGS)
 
 .PHONY: clean

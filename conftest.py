@@ -1,12 +1,15 @@
-"""Root pytest configuration: registers the control-plane fixtures for every test directory.
+"""Root pytest configuration: registers the control-plane fixtures and the tiers plugin everywhere.
 
 The fixtures (a real kube-apiserver + etcd + kube-controller-manager, session-scoped, and a namespace
-per test) live in tests/controlplane/fixtures.py; see docs/controlplane.md.
+per test) live in tests/controlplane/fixtures.py; see docs/controlplane.md. tests/tiers.py assigns every
+test a tier and a timeout, prints the per-tier counts and, under CI=true, fails a run in which a tier did
+not run or a test was skipped outside the GPU allow-list (docs/reliability.md, "CI").
 """
 
 import pytest
 
-pytest_plugins = ["tests.controlplane.fixtures"]
+# pytester: tests/unit/test_tier_gate.py runs small inner pytest sessions under the tiers plugin.
+pytest_plugins = ["tests.controlplane.fixtures", "tests.tiers", "tests.property_seed", "pytester"]
 
 
 def pytest_runtest_setup(item: "pytest.Item") -> None:

@@ -1,6 +1,7 @@
 """The one ``trainop`` command.
 
-    trainop crds [--out DIR]       print (or write) the CRDs generated from the models
+    trainop crds [--out DIR]       print (or write) the CRDs generated from the models (and the docs and the
+                                   chart's RBAC template: --docs FILE, --chart-rbac FILE)
     trainop validate FILE...       validate manifests with the same models; field-level messages
     trainop run FILE               local mode: run a TrainingJob/TuningSweep on a local Ray runtime
     trainop operator               start the kopf operator
@@ -17,7 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from trainop.api import crd, manifest, reference
-from trainop.controller import options
+from trainop.controller import options, rbac
 
 
 def _cmd_crds(args: argparse.Namespace) -> int:
@@ -31,6 +32,9 @@ def _cmd_crds(args: argparse.Namespace) -> int:
         if args.docs:
             pathlib.Path(args.docs).write_text(reference.render())
             print(f"wrote {args.docs}")
+        if args.chart_rbac:
+            pathlib.Path(args.chart_rbac).write_text(rbac.chart_template())
+            print(f"wrote {args.chart_rbac}")
         return 0
     print("\n---\n".join(crd.render_yaml(obj) for obj in crds.values()), end="")
     return 0
@@ -96,6 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", help="write one YAML file per CRD into DIR instead of printing")
     p.add_argument(
         "--docs", metavar="FILE", help="with --out: also write the API reference (Markdown) to FILE"
+    )
+    p.add_argument(
+        "--chart-rbac",
+        metavar="FILE",
+        help="with --out: also write the chart's RBAC template (charts/trainop/templates/_rbac.tpl) to FILE",
     )
     p.set_defaults(func=_cmd_crds)
 

@@ -13,11 +13,12 @@ import os
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 import yaml
 
+from tests import tier_gate
 from tests.controlplane import assets
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -25,12 +26,9 @@ CHART_DIR = REPO_ROOT / "charts" / "trainop"
 FULL_VALUES = Path(__file__).resolve().parent / "values-full.yaml"
 
 
-def require_tool(what: str, why_missing: str) -> None:
-    """Skip (or, in CI, fail) a test whose tool is unavailable."""
-    message = f"{what} unavailable: {why_missing}"
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
+def require_tool(what: str, why_missing: str) -> NoReturn:
+    """Skip (or, in CI, fail) a test whose tool is unavailable (tests/tier_gate.py's policy)."""
+    tier_gate.missing_tool(what, why_missing)
 
 
 @dataclasses.dataclass(frozen=True)

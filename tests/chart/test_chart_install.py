@@ -29,6 +29,7 @@ pytestmark = pytest.mark.controlplane
 PROMETHEUS_OPERATOR_MODULE = "github.com/prometheus-operator/prometheus-operator"
 PROMETHEUS_OPERATOR_VERSION = "v0.85.0"
 MONITORING_CRDS = ("servicemonitors", "podmonitors", "prometheusrules")
+TRAINOP_LABELS = {"app.kubernetes.io/managed-by": "trainop"}  # every child the operator writes carries it
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -154,6 +155,8 @@ def test_default_install_is_accepted_and_creates_every_object(
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
         "Service",
         "Deployment",
     }
@@ -361,8 +364,9 @@ def test_operator_token_can_create_a_jobs_own_role_and_binding_but_not_escalate(
     control_plane: cluster.ControlPlane, cluster_wide: tuple[str, list[dict[str, Any]]], namespace: str
 ) -> None:
     """What the operator does per job: a Role allowing patch on that job's status, bound to the job's
-    ServiceAccount. The apiserver allows it only because the operator holds that permission itself; a
-    binding to a more powerful role must be refused."""
+    ServiceAccount, all labelled as trainop's (the chart's admission policy refuses anything else). The
+    apiserver allows it only because the operator holds that permission itself; a binding to a more
+    powerful role must be refused."""
     account, _ = cluster_wide
     sa_namespace, sa_name = account.split("/")
     token = control_plane.service_account_token(sa_namespace, sa_name, create=False)
@@ -374,13 +378,13 @@ def test_operator_token_can_create_a_jobs_own_role_and_binding_but_not_escalate(
         core.create_namespaced_service_account(
             job_namespace,
             kubernetes.client.V1ServiceAccount(
-                metadata=kubernetes.client.V1ObjectMeta(name="resnet-trainer")
+                metadata=kubernetes.client.V1ObjectMeta(name="resnet-trainer", labels=TRAINOP_LABELS)
             ),
         )
         rbac.create_namespaced_role(
             job_namespace,
             {
-                "metadata": {"name": "resnet-status-writer"},
+                "metadata": {"name": "resnet-status-writer", "labels": TRAINOP_LABELS},
                 "rules": [
                     {
                         "apiGroups": ["trainop.dev"],
@@ -394,7 +398,7 @@ def test_operator_token_can_create_a_jobs_own_role_and_binding_but_not_escalate(
         rbac.create_namespaced_role_binding(
             job_namespace,
             {
-                "metadata": {"name": "resnet-status-writer"},
+                "metadata": {"name": "resnet-status-writer", "labels": TRAINOP_LABELS},
                 "roleRef": {
                     "apiGroup": "rbac.authorization.k8s.io",
                     "kind": "Role",
@@ -409,7 +413,7 @@ def test_operator_token_can_create_a_jobs_own_role_and_binding_but_not_escalate(
             rbac.create_namespaced_role(
                 job_namespace,
                 {
-                    "metadata": {"name": "secret-reader"},
+                    "metadata": {"name": "secret-reader", "labels": TRAINOP_LABELS},
                     "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}],
                 },
             )
@@ -420,7 +424,7 @@ def test_operator_token_can_create_a_jobs_own_role_and_binding_but_not_escalate(
                 {
                     # cluster-admin, not admin: admin is an aggregated role, empty without the
                     # aggregation controller (this control plane runs none): binding it is allowed.
-                    "metadata": {"name": "cluster-admin"},
+                    "metadata": {"name": "cluster-admin", "labels": TRAINOP_LABELS},
                     "roleRef": {
                         "apiGroup": "rbac.authorization.k8s.io",
                         "kind": "ClusterRole",

@@ -17,7 +17,7 @@ import yaml
 
 from trainop import cli
 from trainop.api import manifest, trainingjob
-from trainop.controller import options, rayjob
+from trainop.controller import options, rayjob, rbac
 
 from .conftest import CHART_DIR, FULL_VALUES, REPO_ROOT, Helm, objects_of, one
 
@@ -76,6 +76,8 @@ def test_default_install_renders_operator_rbac_and_metrics_service_only(helm: He
             "ClusterRole",
             "ClusterRoleBinding",
             "ClusterRoleBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
             "Service",
             "Deployment",
         ]
@@ -92,6 +94,8 @@ def test_full_values_render_every_optional_object(helm: Helm) -> None:
         "ClusterRole": 2,
         "ClusterRoleBinding": 1,  # the cluster-scoped rules only: namespaced rules are per namespace
         "RoleBinding": 2,  # team-a, team-b
+        "ValidatingAdmissionPolicy": 1,
+        "ValidatingAdmissionPolicyBinding": 1,
         "Service": 1,
         "Deployment": 1,
         "ServiceMonitor": 1,
@@ -351,6 +355,27 @@ def test_rbac_rules_do_not_depend_on_values(helm: Helm) -> None:
         assert _rules(default, suffix) == _rules(full, suffix)
 
 
+def test_the_rendered_cluster_roles_are_exactly_operator_rules(helm: Helm) -> None:
+    """What `helm install` creates is the Python list the operator's tests run under (one source)."""
+    docs = helm.template()
+    assert _rules(docs, "-operator") + _rules(docs, "-operator-cluster") == rbac.OPERATOR_RULES
+
+
+def test_the_admission_policy_is_rendered_for_the_operators_account_and_can_be_switched_off(
+    helm: Helm,
+) -> None:
+    policy = one(helm.template(), "ValidatingAdmissionPolicy")
+    (condition,) = policy["spec"]["matchConditions"]
+    assert (
+        condition["expression"]
+        == 'request.userInfo.username == "system:serviceaccount:trainop-system:trainop"'
+    )
+    binding = one(helm.template(), "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    for off in ("rbac.admissionPolicy=false", "rbac.create=false"):
+        assert not objects_of(helm.template(set_values=[off]), "ValidatingAdmissionPolicy")
+
+
 def test_rbac_rules_are_exactly_the_table_in_the_chart_readme(helm: Helm) -> None:
     docs = helm.template()
     rendered = {("namespaced", *g) for g in _grants(_rules(docs, "-operator"))}
@@ -417,7 +442,12 @@ def test_existing_service_account_needs_a_name(helm: Helm) -> None:
 
 def test_rendered_output_is_valid_yaml_for_kubectl(helm: Helm) -> None:
     """Every document has apiVersion/kind/metadata.name and every namespaced object a namespace."""
-    cluster_scoped = {"ClusterRole", "ClusterRoleBinding"}
+    cluster_scoped = {
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    }
     for doc in helm.template(values=[FULL_VALUES]):
         assert doc["apiVersion"] and doc["kind"] and doc["metadata"]["name"]
         assert len(doc["metadata"]["name"]) <= 63

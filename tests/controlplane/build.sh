@@ -7,7 +7,8 @@
 # `make test` on machines that run only the fast tier; the pytest tier then says it did not run).
 #
 # Components: kube-apiserver kube-controller-manager kubectl etcd helm kuberay-crds (the control plane);
-#             kube-scheduler kube-proxy kuberay-operator coredns (the pod-running cluster bed, tests/clusterbed)
+#             kube-scheduler kube-proxy kuberay-operator coredns (the pod-running cluster bed, tests/clusterbed);
+#             promtool (the monitoring tier). `controlplane` names the first group only.
 #
 # Nothing is downloaded except through the Go module proxy. Nothing is written into the repository.
 # Layout (tests/controlplane/assets.py computes the same paths; keep the two in step):
@@ -19,6 +20,7 @@
 #   $CACHE/controlplane/etcd-<v>/bin/etcd
 #   $CACHE/controlplane/helm-<v>/bin/helm
 #   $CACHE/controlplane/kuberay-<v>/crds/ray.io_{rayclusters,rayjobs}.yaml
+#   $CACHE/controlplane/promtool-<v>/bin/promtool   (the monitoring tier's rule checker and rule tests)
 #   $CACHE/controlplane/*/src/             throwaway Go wrapper modules (safe to delete)
 #   $CACHE/bin/                            symlinks to the pinned binaries, handy for PATH
 #   $CACHE/controlplane/build-times.tsv    how long each build took on this machine
@@ -44,6 +46,7 @@ ETCD_DIR="$CP_ROOT/etcd-$ETCD_VERSION"
 HELM_DIR="$CP_ROOT/helm-$HELM_VERSION"
 KUBERAY_DIR="$CP_ROOT/kuberay-$KUBERAY_VERSION"
 COREDNS_DIR="$CP_ROOT/coredns-$COREDNS_VERSION"
+PROMTOOL_DIR="$CP_ROOT/promtool-$PROMETHEUS_VERSION"
 
 if [[ -n "${GO:-}" ]]; then :
 elif command -v go >/dev/null 2>&1; then GO="$(command -v go)"
@@ -311,11 +314,32 @@ build_coredns() {
   link_into_cache_bin "$out"
 }
 
+# ----------------------------------------------------------------------------------------- promtool
+# The monitoring tier's `promtool check rules` / `promtool test rules`. Built here rather than taken from
+# a distribution package so that `make test` alone provides it, at a pinned version. Prometheus' Go
+# module is versioned v0.<major*100+minor>.<patch> (v0.316.0 is Prometheus 3.16.0) and has no replace
+# directives, so plain `go install` works, as for helm.
+build_promtool() {
+  local out="$PROMTOOL_DIR/bin/promtool"
+  if [[ -x "$out" ]]; then log "promtool $PROMETHEUS_VERSION: cached at $out"; link_into_cache_bin "$out"; return 0; fi
+  log "building promtool $PROMETHEUS_VERSION (github.com/prometheus/prometheus/cmd/promtool)"
+  mkdir -p "$PROMTOOL_DIR/bin" "$PROMTOOL_DIR/gobin.tmp"
+  local start=$SECONDS
+  with_heartbeat promtool env GOBIN="$PROMTOOL_DIR/gobin.tmp" GOFLAGS= "$GO" install -trimpath \
+    -ldflags "-s -w -X github.com/prometheus/common/version.Version=$PROMETHEUS_VERSION" \
+    "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION"
+  mv -f "$PROMTOOL_DIR/gobin.tmp/promtool" "$out"
+  rmdir "$PROMTOOL_DIR/gobin.tmp"
+  record_time promtool "$PROMETHEUS_VERSION" $((SECONDS - start))
+  log "built promtool in $((SECONDS - start))s -> $out"
+  link_into_cache_bin "$out"
+}
+
 # --------------------------------------------------------------------------------------------- main
 components=("$@")
 if (( ${#components[@]} == 0 )) || [[ "${components[0]}" == all ]]; then
   components=(etcd kube-apiserver kube-controller-manager kubectl kuberay-crds helm
-              kube-scheduler kube-proxy kuberay-operator coredns)
+              kube-scheduler kube-proxy kuberay-operator coredns promtool)
 elif [[ "${components[0]}" == controlplane ]]; then
   components=(etcd kube-apiserver kube-controller-manager kubectl kuberay-crds helm)
 fi
@@ -337,6 +361,7 @@ for c in "${components[@]}"; do
     kuberay-crds) fetch_kuberay_crds ;;
     kuberay-operator) build_kuberay_operator ;;
     coredns) build_coredns ;;
+    promtool) build_promtool ;;
     *) echo "build.sh: unknown component '$c'" >&2; exit 2 ;;
   esac
 done

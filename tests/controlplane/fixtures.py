@@ -11,9 +11,11 @@ Register it from the root conftest (``pytest_plugins = ["tests.controlplane.fixt
   waiting (the namespace controller finishes it in the background);
 - when nothing can provide kube-apiserver and etcd (no cache, no ``KUBEBUILDER_ASSETS``, no Go), the
   whole tier is deselected with one loud line saying how to enable it (deselected rather than skipped so
-  ``-ra`` does not repeat the reason once per test);
+  ``-ra`` does not repeat the reason once per test); under ``CI=true`` the run stops there instead, with
+  the same sentence (tests/tier_gate.py: CI never passes on a tier that did not run);
 - a test that needs a binary this machine lacks (helm, kubectl, ...: ``assets.AssetsUnavailable``) is
-  skipped naming it; KubeRay CRDs missing with no Go to fetch them skips the whole tier the same way;
+  skipped naming it (failed under ``CI=true``); KubeRay CRDs missing with no Go to fetch them skips the
+  whole tier the same way;
 - a failed tier test gets the control plane's log tails attached to its report.
 
 Isolation assumptions, stated because they are not enforced:
@@ -39,6 +41,8 @@ from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
+
+from tests import tier_gate
 
 from . import assets, cluster, crds
 
@@ -95,6 +99,11 @@ class _TierGate:
         tier = [item for item in items if item.get_closest_marker(MARKER) is not None]
         if not tier or assets.resolve().runnable or assets.find_go() is not None:
             return
+        if tier_gate.in_ci():
+            raise pytest.UsageError(
+                f"CI=true, but the controlplane tier ({len(tier)} tests) cannot run: no kube-apiserver/etcd "
+                f"and no Go toolchain; {assets.HOW_TO_ENABLE}"
+            )
         config.hook.pytest_deselected(items=tier)
         items[:] = [item for item in items if item.get_closest_marker(MARKER) is None]
         _say(config, f"{_UNAVAILABLE} ({len(tier)} tests deselected)", yellow=True, bold=True)
@@ -110,7 +119,7 @@ def control_plane_assets(request: pytest.FixtureRequest) -> assets.Assets:
     try:
         return assets.ensure(build=True, on_line=lambda line: _say(config, line))
     except assets.AssetsUnavailable as error:
-        pytest.skip(str(error))
+        tier_gate.missing_tool("the control plane", str(error))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -119,7 +128,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     try:
         return (yield)
     except assets.AssetsUnavailable as error:
-        pytest.skip(str(error))
+        tier_gate.missing_tool("a control-plane binary", str(error))
 
 
 @pytest.fixture(scope="session")
@@ -136,7 +145,7 @@ def control_plane(
     try:
         plane = cluster.ControlPlane(assets=resolved, settings=settings)
     except assets.AssetsUnavailable as error:  # e.g. KubeRay CRDs absent and no Go to fetch them
-        pytest.skip(str(error))
+        tier_gate.missing_tool("the KubeRay CRDs", str(error))
     plane.start()
     config.stash[_PLANE] = plane
     timings = ", ".join(f"{phase} {seconds:.1f}s" for phase, seconds in plane.timings.items())

@@ -31,6 +31,17 @@ SWEEP_SPEC: dict[str, Any] = {
 }
 
 
+# A sweep the apiserver admits but the models refuse (manifest.OPERATOR_ONLY_RULES: with algorithm grid,
+# numTrials must equal the number of grid points, here 2): how the operator's InvalidSpec path is reached
+# now that every TrainingJob rule is also a CEL rule of the CRD.
+GRID_SIZE_MISMATCH: dict[str, Any] = {
+    "searchSpace": {"hyperparameters.learningRate": {"type": "grid", "values": [0.1, 0.05]}},
+    "algorithm": "grid",
+    "numTrials": 3,
+}
+GRID_SIZE_FIXED: dict[str, Any] = {**GRID_SIZE_MISMATCH, "numTrials": 2}
+
+
 def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     """A deep merge (override wins; a None value removes the key)."""
     out = copy.deepcopy(base)

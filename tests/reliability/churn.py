@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import enum
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import operator_factories as factories
@@ -135,6 +136,7 @@ class Churn:
         self._finished: set[str] = set()
         self._done = asyncio.Event()
         self._acted: set[tuple[str, str, int]] = set()
+        self.num_created = 0  # jobs created so far (they are created on a schedule, not all at once)
 
     @property
     def num_final(self) -> int:
@@ -221,6 +223,7 @@ class Churn:
             except kube_async.ApiStatus as error:
                 if error.code != 409:  # created before an apiserver restart cut the answer off
                     raise
+            self.num_created += 1
 
     async def _play_users(self) -> None:
         async for kind, job in self.api.watch(self.jobs_path()):
@@ -353,19 +356,34 @@ def watchdog(alive: Callable[[], bool], what: str) -> Callable[[asyncio.Event], 
 
 
 def kill_and_restart(
-    operator: Any, rng: random.Random, every_s: tuple[float, float] = (1.0, 4.0)
+    operator: Any,
+    rng: random.Random,
+    every_s: tuple[float, float] = (1.0, 4.0),
+    *,
+    progress: Callable[[], int] | None = None,
+    milestones: Sequence[int] = (),
 ) -> Callable[[asyncio.Event], Awaitable[None]]:
     """A ``disrupt`` that SIGKILLs ``operator`` (an ``operator_runner.Operator``) at random intervals and
-    starts it again at once, until the churn is done; the last start leaves it running."""
+    starts it again at once, until the churn is done; the last start leaves it running.
+
+    Besides the random kills, one kill as soon as ``progress()`` (e.g. the jobs created so far) reaches
+    each of ``milestones``: those kills happen whatever the machine's speed, so a test may count on them
+    (random intervals alone give a fast machine fewer kills before the churn ends).
+    """
 
     async def disrupt(done: asyncio.Event) -> None:
-        while True:
-            try:
-                await asyncio.wait_for(done.wait(), timeout=rng.uniform(*every_s))
-                return
-            except TimeoutError:
-                pass
-            operator.kill()
-            await operator.start_async()
+        pending = sorted(milestones)
+        next_random = time.monotonic() + rng.uniform(*every_s)
+        while not done.is_set():
+            reached = bool(pending) and progress is not None and progress() >= pending[0]
+            if reached:
+                pending.pop(0)
+            if reached or time.monotonic() >= next_random:
+                operator.kill()
+                await operator.start_async()
+                next_random = time.monotonic() + rng.uniform(*every_s)
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(done.wait(), timeout=0.1)
 
     return disrupt

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tests.controlplane import processes
+from tests.reliability import pod_identity
 
 # Processes the control plane's helpers start die with the *thread* that started them (PR_SET_PDEATHSIG).
 # An operator started from asyncio's default executor would be killed when the test's event loop closes its
@@ -28,12 +29,16 @@ class Operator:
     def __init__(
         self,
         *,
-        kubeconfig: Path,
+        kubeconfig: Path | None,
         log_path: Path,
         namespaces: Sequence[str],
         args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
+        pod: pod_identity.PodIdentity | None = None,
     ) -> None:
+        """``kubeconfig`` None with ``pod``: in-cluster credentials only, as in the chart's Deployment."""
+        assert (kubeconfig is None) == (pod is not None), "a kubeconfig, or a pod identity"
+        self.pod = pod
         self.kubeconfig = kubeconfig
         self.log_path = log_path
         self.namespaces = list(namespaces)
@@ -58,7 +63,7 @@ class Operator:
             sys.executable,
             "-m",
             "trainop.controller",
-            f"--kubeconfig={self.kubeconfig}",
+            *([f"--kubeconfig={self.kubeconfig}"] if self.kubeconfig else []),
             f"--liveness-port={self.liveness_port}",
             f"--metrics-port={self.metrics_port}",
             "--log-format=full",
@@ -66,6 +71,8 @@ class Operator:
             *self.args,
         ]
         env = {**os.environ, "TRAINOP_FAILPOINTS": "", "PYTHONUNBUFFERED": "1", **self.env}
+        if self.pod is not None:
+            argv, env = self.pod.wrap(argv, env, self.log_path.parent / f"pod-{self.starts}")
         self.process = processes.ManagedProcess.start(
             name=f"operator-{self.starts}", argv=argv, log_path=self.log_path, env=env
         )

@@ -1,28 +1,30 @@
-"""Property: whatever TrainingJob manifest a user throws at the cluster, valid or not, the operator neither
-crashes nor loops hot, and a job the apiserver admits but the models refuse ends Failed with a condition
-that names every offending field.
+"""Property: whatever TrainingJob manifest a user throws at the cluster, the apiserver and ``trainop
+validate`` give the same verdict, and the operator neither crashes nor loops hot on what is admitted.
 
 Manifests are the test suite's small valid job (``operator_factories.JOB_SPEC``) with one to three
 mutations drawn by hypothesis over the fields of our own CRD schema (``crds/``): values inside and just
 outside each field's bounds, enum members and arbitrary strings, strings matching and not matching each
-pattern, wrong JSON types, deleted fields and unknown keys. Each goes to the real apiserver (half with
-``fieldValidation=Strict``, as kubectl sends, half without, so unknown fields are pruned); what it refuses
-is fine. What it admits is judged by the same models the operator uses (``manifest.parse_object`` on the
-stored object), and the operator's status must agree:
+pattern, wrong JSON types (quoted numbers and booleans included), nulls, deleted fields and unknown keys.
+Each goes to the real apiserver, whose verdict is the oracle (it is not our code):
 
-- model-valid: ``SpecValid=True`` and never ``InvalidSpec``;
-- model-invalid: phase Failed, ``SpecValid=False``/``InvalidSpec``, the condition's message containing
-  the path of every error the models report (``spec.workers.replicas: ...``), one ``InvalidSpec`` Event.
+- sent as kubectl sends (``fieldValidation=Strict``): the apiserver refuses exactly the manifests the
+  models (``manifest.parse_object``, what ``trainop validate`` runs) refuse. A manifest the apiserver
+  refuses and the models accept means ``trainop validate`` is laxer than ``kubectl apply``; the reverse
+  means a rule is missing from the CRD (TrainingJob has no operator-only rule, docs/api.md);
+- sent without it (unknown fields pruned, as older clients do): whatever the apiserver stores, the models
+  accept, so the operator never meets an invalid TrainingJob.
 
-Across all examples: the operator process stays up and live, logs no traceback (an unexpected exception
-is a bug even when retried), and once everything settled its reconcile counter stands still.
+Every admitted job must then reach ``SpecValid=True`` and never ``InvalidSpec``. Across all examples the
+operator process stays up and live, logs no traceback (an unexpected exception is a bug even when
+retried), and once everything settled its reconcile counter stands still.
+
+Examples are new on every run (tests/property_seed.py prints the seed that replays them).
 """
 
 from __future__ import annotations
 
 import copy
 import os
-import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,9 +34,10 @@ import operator_factories as factories
 import pytest
 import yaml
 from cluster_api import Api, ApiError
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, example, given, seed, settings
 from hypothesis import strategies as st
 
+from tests import property_seed
 from tests.controlplane import cluster
 from tests.reliability import operator_runner
 from trainop.api import manifest
@@ -63,8 +66,8 @@ def leaves(
 
 
 FIELDS = [(path, schema) for path, schema in leaves(SPEC_SCHEMA) if path]
-# Fields the models' cross-field validators read (trainingjob.py): the rules the CRD's CEL does not all
-# mirror, so where admitted-but-invalid manifests come from. Half of the mutations pick from these.
+# Fields the cross-field rules read (the models' validators and the CRD's CEL twins): half of the
+# mutations pick from these, where a rule missing on one side would show.
 CROSS_FIELD = {
     ("precision",),
     ("workers", "gpusPerWorker"),
@@ -76,6 +79,7 @@ CROSS_FIELD = {
     ("hyperparameters", "maxSteps"),
     ("checkpoint", "intervalSteps"),
     ("checkpoint", "intervalMinutes"),
+    ("reporting", "metricsPort"),
 }
 CROSS_FIELDS = [(path, schema) for path, schema in FIELDS if path in CROSS_FIELD]
 assert len(CROSS_FIELDS) == len(CROSS_FIELD), "a cross-field path is not in the CRD any more"
@@ -96,6 +100,8 @@ def value_for(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
             st.integers(int(low), int(high)),
             st.integers(int(low) - 3, int(low)),
             st.integers(int(high), int(high) + 3),
+            st.integers(int(low), int(high)).map(str),  # a quoted number
+            st.integers(int(low), int(high)).map(float),  # 2.0 where an integer is due
         ]
         if kind == "number":
             options.append(st.floats(float(low) - 1, float(high) + 1, allow_nan=False))
@@ -107,7 +113,7 @@ def value_for(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
         if "pattern" in schema:
             options += [st.from_regex(schema["pattern"], fullmatch=True).filter(lambda s: len(s) < 64)] * 2
     elif kind == "boolean":
-        options.append(st.booleans())
+        options += [st.booleans(), st.sampled_from(["true", "false", "yes"])]
     elif kind == "object":
         options.append(st.dictionaries(st.text(max_size=12), st.text(max_size=12), max_size=3))
     return st.one_of(*options)
@@ -117,13 +123,25 @@ def _with(**changes: Any) -> dict[str, Any]:
     return factories.merge(factories.JOB_SPEC, changes)
 
 
-# The admitted-but-invalid shapes known today (cross-field rules the CRD's CEL does not mirror), one
-# valid job and one the apiserver refuses: generated batches hit the first kind rarely (about 1 in 50).
+def _with_null(*path: str) -> dict[str, Any]:
+    spec = _with()
+    parent = spec
+    for key in path[:-1]:
+        parent = parent.setdefault(key, {})
+    parent[path[-1]] = None  # factories.merge reads None as "remove"; this is a literal null
+    return spec
+
+
+# Shapes where the two verdicts once differed or could: always run, whatever hypothesis draws.
 PINNED = [
-    _with(precision="fp16"),  # on CPU workers
+    _with(precision="fp16"),  # on CPU workers: a CEL rule now, as in the models
     _with(workload={"dataset": {"kind": "cifar10"}}),  # no path
+    _with(workers={"replicas": "2"}),  # a quoted number: lax pydantic took it, the apiserver does not
+    _with(network={"probe": "false"}),  # a quoted boolean
+    _with(workers={"replicas": 2.0}),  # a whole number written as a float: both take it
+    _with_null("checkpoint", "intervalMinutes"),  # null: the apiserver drops it and defaults it
+    _with(reporting={"metricsPort": 8075}, workers={"gpusPerWorker": 8}),  # metrics ports over Ray's 8080
     _with(),
-    _with(workers={"replicas": 0}),
 ]
 
 
@@ -158,62 +176,54 @@ def bad_input_operator(
     return operator
 
 
-def test_any_admitted_manifest_is_reconciled_without_crash_or_hot_loop_and_invalid_ones_name_the_field(
+def test_the_apiserver_and_the_models_agree_on_any_manifest_and_the_operator_reconciles_the_admitted(
     isolated_plane: cluster.ControlPlane,
     isolated_namespace: str,
     bad_input_operator: operator_runner.Operator,
 ) -> None:
     api = Api(isolated_plane)
     ns = isolated_namespace
-    outcomes = {"refused by the apiserver": 0, "valid": 0, "invalid, admitted": 0}
+    outcomes = {"refused by both": 0, "admitted, valid": 0}
     counter = iter(range(1_000_000))
 
+    @seed(property_seed.SEED)
     @settings(
         max_examples=EXAMPLES,
         deadline=None,
-        derandomize=os.environ.get("TRAINOP_BAD_INPUT_RANDOM", "") == "",
+        derandomize=False,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
     )
     @given(st.lists(mutated_spec(), min_size=BATCH, max_size=BATCH), st.booleans())
-    @example(PINNED, True)  # always run: each kind of outcome, whatever hypothesis draws
+    @example(PINNED, True)
     def apply_and_judge(specs: list[dict[str, Any]], strict: bool) -> None:
-        admitted: dict[str, tuple[list[tuple[str, str]] | None, dict[str, Any]]] = {}
+        admitted: dict[str, dict[str, Any]] = {}
         for spec in specs:
             name = f"bad-{next(counter)}"
             body = factories.manifest(name, ns)
             body["spec"] = spec
+            models = _models_verdict(body)
             query = "?fieldValidation=Strict" if strict else ""
             try:
                 stored = api.create(api.job(ns) + query, body)
             except ApiError as error:
                 assert error.code in (400, 422), error  # refused as a bad request, not a server error
-                outcomes["refused by the apiserver"] += 1
+                if strict:
+                    assert models, f"the apiserver refuses what trainop validate accepts: {spec}: {error}"
+                outcomes["refused by both"] += 1
                 continue
-            try:
-                kinds.parse(stored)
-                admitted[name] = (None, spec)
-                outcomes["valid"] += 1
-            except manifest.ManifestError as error:
-                admitted[name] = ([(e.path, e.message) for e in error.errors], spec)
-                outcomes["invalid, admitted"] += 1
+            if strict:
+                assert not models, f"the apiserver admits what trainop validate refuses: {spec}: {models}"
+            stored_verdict = _models_verdict(stored)
+            assert not stored_verdict, (
+                f"the apiserver stored a job the models refuse: {spec}: {stored_verdict}"
+            )
+            admitted[name] = spec
+            outcomes["admitted, valid"] += 1
         settled = wait_settled(api, ns, admitted)
-        for name, (error_paths, spec) in admitted.items():
+        for name, spec in admitted.items():
             conditions = {c["type"]: c for c in settled[name]["status"]["conditions"]}
-            valid = conditions["SpecValid"]
-            if error_paths is None:
-                assert valid["status"] == "True", (name, spec, valid)
-                assert conditions["Failed"]["reason"] != "InvalidSpec", (name, spec)
-                continue
-            assert settled[name]["status"]["phase"] == "Failed", (name, spec, settled[name]["status"])
-            assert (valid["status"], valid["reason"]) == ("False", "InvalidSpec"), (name, spec)
-            for path, message in error_paths:
-                assert path.startswith("spec") and f"{path}: {message}" in valid["message"], (
-                    name,
-                    spec,
-                    valid,
-                )
-                # An object-level rule (path "spec", "spec.workload.dataset") names its fields in words.
-                assert path.count(".") >= 2 or re.search(r"[a-z]+\.[a-zA-Z]+", message), (name, path, message)
+            assert conditions["SpecValid"]["status"] == "True", (name, spec, conditions["SpecValid"])
+            assert conditions["Failed"]["reason"] != "InvalidSpec", (name, spec)
         assert bad_input_operator.live(), "the operator's liveness probe failed"
 
     apply_and_judge()
@@ -227,21 +237,23 @@ def test_any_admitted_manifest_is_reconciled_without_crash_or_hot_loop_and_inval
         time.sleep(1)
         now = bad_input_operator.reconciles()
         last, quiet_since = now, (quiet_since if now == last else time.monotonic())
-    admitted_jobs = outcomes["valid"] + outcomes["invalid, admitted"]
-    assert last <= 10 * admitted_jobs, f"{last} reconciles for {admitted_jobs} jobs"
+    assert last <= 10 * outcomes["admitted, valid"], f"{last} reconciles for {outcomes} jobs"
     events = [e for e in api.list(f"/api/v1/namespaces/{ns}/events") if e["reason"] == "InvalidSpec"]
-    per_job: dict[str, int] = {}
-    for event in events:
-        per_job[event["involvedObject"]["name"]] = per_job.get(event["involvedObject"]["name"], 0) + 1
-    assert all(n == 1 for n in per_job.values()), per_job
-    assert len(per_job) == outcomes["invalid, admitted"], (per_job, outcomes)
+    assert events == []
     log = bad_input_operator.log()
     assert "Traceback" not in log, log[log.index("Traceback") - 2000 : log.index("Traceback") + 3000]
     assert bad_input_operator.running
     print(f"bad input outcomes: {outcomes}")
-    assert outcomes["valid"] and outcomes["invalid, admitted"] and outcomes["refused by the apiserver"], (
-        outcomes
-    )
+    assert outcomes["admitted, valid"] and outcomes["refused by both"], outcomes
+
+
+def _models_verdict(body: dict[str, Any]) -> list[tuple[str, str]]:
+    """The models' errors (path, message) for ``body``; empty when they accept it."""
+    try:
+        kinds.parse({**body, "metadata": {**body["metadata"], "uid": "u", "generation": 1}})
+    except manifest.ManifestError as error:
+        return [(e.path, e.message) for e in error.errors]
+    return []
 
 
 def wait_settled(

@@ -24,14 +24,16 @@ class AsToken:
         self._token = token
         self._ssl = ssl.create_default_context(cafile=str(plane.pki.ca_cert_path))
 
-    def request(self, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
+    def request(
+        self, method: str, path: str, body: Any = None, *, content_type: str = "application/json"
+    ) -> tuple[int, dict[str, Any]]:
         request = urllib.request.Request(
             self._plane.server_url + path,
             data=None if body is None else json.dumps(body).encode(),
             method=method,
             headers={
                 "Authorization": f"Bearer {self._token}",
-                "Content-Type": "application/json",
+                "Content-Type": content_type,
                 "Accept": "application/json",
             },
         )

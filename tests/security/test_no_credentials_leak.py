@@ -1,6 +1,6 @@
 """No credential, token or secret value reaches a TrainingJob's status, an Event, the operator's log or its
 metrics -- with the operator at ``--verbose`` (its most talkative), through a job's whole life (running,
-a failure, a restart, success) and an invalid job.
+a failure, a restart, success) and an invalid sweep.
 
 Canaries planted where secrets live: the operator's own bearer token (a ServiceAccount token in its
 kubeconfig), secret-looking variables in its environment, a Secret in the job's namespace, and values
@@ -22,8 +22,7 @@ from kuberay_standin import KubeRayStandIn
 
 from tests.controlplane import cluster, kubeconfig
 from tests.reliability import operator_runner
-from tests.security.as_token import bind_cluster_role
-from trainop.controller import rbac
+from tests.security import chart_rbac
 
 pytestmark = pytest.mark.controlplane
 
@@ -39,9 +38,7 @@ def test_no_token_environment_secret_or_spec_value_appears_in_status_events_logs
     tmp_path: Path,
 ) -> None:
     ns, api = isolated_namespace, Api(isolated_plane)
-    token = bind_cluster_role(
-        isolated_plane, f"leak-test-{ns}"[:63], rbac.OPERATOR_RULES, ns, "trainop-operator"
-    )
+    _, token = chart_rbac.install(isolated_plane, ns)  # the chart's RBAC and admission policy
     secrets = {
         "operator token": token,
         "operator token signature": token.rsplit(".", 1)[1],
@@ -85,10 +82,15 @@ def test_no_token_environment_secret_or_spec_value_appears_in_status_events_logs
     wait_for(
         lambda: (api.get(api.job(ns, "mlp")) or {}).get("status", {}).get("phase"), lambda p: p == "Succeeded"
     )
-    # And an invalid one: fp16 on CPU workers, with the same secret-looking value in its spec.
-    api.create(api.job(ns), factories.manifest("broken", ns, spec={**nccl, "precision": "fp16"}))
+    # And an invalid one the apiserver admits (a sweep whose grid does not match numTrials: an operator-only
+    # rule), with the same secret-looking value in its template.
+    sweeps = api.job(ns, plural="tuningsweeps")
+    broken = factories.manifest(
+        "broken", ns, kind="TuningSweep", spec={**factories.GRID_SIZE_MISMATCH, "template": nccl}
+    )
+    api.create(sweeps, broken)
     wait_for(
-        lambda: (api.get(api.job(ns, "broken")) or {}).get("status", {}).get("phase"), lambda p: p == "Failed"
+        lambda: (api.get(f"{sweeps}/broken") or {}).get("status", {}).get("phase"), lambda p: p == "Failed"
     )
 
     # Positive control: the spec's value did pass through the operator, into the Ray pods' env.
@@ -96,7 +98,7 @@ def test_no_token_environment_secret_or_spec_value_appears_in_status_events_logs
     assert secrets["ncclEnv value"] in rayjob
 
     written = {
-        "statuses": json.dumps([job.get("status") for job in api.list(api.job(ns))]),
+        "statuses": json.dumps([obj.get("status") for obj in [*api.list(api.job(ns)), *api.list(sweeps)]]),
         "events": json.dumps(api.list(f"/api/v1/namespaces/{ns}/events")),
         "operator log": operator.log(),
         "operator metrics": json.dumps(operator.metrics()),

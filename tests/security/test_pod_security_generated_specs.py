@@ -7,7 +7,8 @@ test does not repeat that: it takes the pure builder (``children.desired_childre
 submits) over model-valid specs varying GPUs, CPUs, memory, /dev/shm, node selectors, tolerations,
 priority class, network profile and NCCL env, image, metrics port, the checkpoint claim (created or
 existing, access mode) and the kind (TrainingJob or TuningSweep), and dry-runs each head and worker
-template as a Pod in a namespace that enforces ``restricted``.
+template as a Pod in a namespace that enforces ``restricted``. Examples are new on every run
+(tests/property_seed.py prints the seed that replays them).
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from typing import Any
 
 import operator_factories as factories
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, given, seed, settings
 from hypothesis import strategies as st
 
+from tests import property_seed
 from tests.controlplane import cluster
 from trainop.api import manifest
 from trainop.controller import children, kinds
@@ -41,8 +43,8 @@ TOLERATION = st.fixed_dictionaries(
         "value": LABEL_VALUE,
     },
 ).filter(
-    # Kubernetes' own toleration rules (a pod breaking them is invalid, not a Pod Security matter; that the
-    # API admits {operator: Equal} without a key is test_bad_input_property's strict xfail).
+    # Kubernetes' own toleration rules: a pod breaking them is invalid, not a Pod Security matter (the API
+    # refuses such tolerations itself; test_bad_input_property's toleration tests).
     lambda t: (t["operator"] == "Equal" and "key" in t) or (t["operator"] == "Exists" and "value" not in t)
 )
 
@@ -138,10 +140,11 @@ def test_every_ray_pod_template_of_any_valid_spec_passes_pod_security_restricted
     ns = restricted_namespace
     checked: list[str] = []
 
+    @seed(property_seed.SEED)
     @settings(
         max_examples=int(os.environ.get("TRAINOP_PSA_EXAMPLES", "25")),
         deadline=None,
-        derandomize=True,
+        derandomize=False,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
     )
     @given(pod_shaping_spec(), st.sampled_from(["TrainingJob", "TuningSweep"]))

@@ -2,10 +2,11 @@
 asked of the real apiserver with real ServiceAccount tokens.
 
 What the operator may do is listed below by hand (``OPERATOR_MAY``, the table in docs/operator.md) and
-compared with what the apiserver actually grants a ServiceAccount bound to ``rbac.OPERATOR_RULES`` (the
-rules the Helm chart renders): a permission added to the code without a reviewed entry here fails. That
-the operator *needs* no more than these rules is the operator tier's
-``test_the_operator_needs_no_more_than_its_listed_rbac_rules`` (a whole job life under them).
+compared with what the apiserver actually grants the chart's ServiceAccount bound to the ClusterRoles
+``helm template`` renders (``chart_rbac``: what users install, with the chart's admission policy): a
+permission added to the code without a reviewed entry here fails. That the chart renders exactly
+``rbac.OPERATOR_RULES`` is tests/unit/test_chart_rbac.py; that the operator *needs* no more than these
+rules is the operator tier's ``test_the_operator_needs_no_more_than_its_listed_rbac_rules``.
 
 The trainer side: ``test_a_running_rayjob_makes_the_job_running_and_the_trainers_own_token_may_patch_only_
 its_status`` (operator tier) shows the trainer's token patching its own status and being refused four other
@@ -21,8 +22,9 @@ import operator_factories as factories
 import pytest
 
 from tests.controlplane import cluster
-from tests.security.as_token import AsToken, Permission, bind_cluster_role
-from trainop.controller import children, kinds, rbac
+from tests.security import chart_rbac
+from tests.security.as_token import AsToken, Permission
+from trainop.controller import children, kinds
 
 pytestmark = pytest.mark.controlplane
 
@@ -53,11 +55,8 @@ OPERATOR_MAY: set[Permission] = {
 
 @pytest.fixture
 def operator_token(isolated_plane: cluster.ControlPlane, isolated_namespace: str) -> AsToken:
-    name = f"rbac-test-{isolated_namespace}"[:63]
-    token = bind_cluster_role(
-        isolated_plane, name, rbac.OPERATOR_RULES, isolated_namespace, "trainop-operator"
-    )
-    return AsToken(isolated_plane, token)
+    operator, _ = chart_rbac.install(isolated_plane, isolated_namespace)
+    return operator
 
 
 @pytest.fixture

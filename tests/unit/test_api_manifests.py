@@ -43,6 +43,75 @@ def test_the_invalid_corpus_has_at_least_25_manifests() -> None:
     assert len(INVALID) >= 25
 
 
+def test_the_operator_only_rules_docs_api_md_publishes_are_exactly_the_manifests_the_apiserver_admits() -> (
+    None
+):
+    """The third line of each invalid manifest records the real apiserver's verdict, which
+    tests/integration/test_api_verdicts.py checks; the admitted ones are the published list's examples."""
+    admitted = {p.name for p in INVALID if p.read_text().splitlines()[2].startswith("# apiserver: admitted")}
+    refused = {
+        p.name for p in INVALID if p.read_text().splitlines()[2].startswith("# apiserver: refused at ")
+    }
+    assert admitted | refused == {p.name for p in INVALID}, "every invalid manifest records a verdict"
+    assert admitted == {rule.example for rule in manifest.OPERATOR_ONLY_RULES}
+    published = (
+        (ROOT / "docs" / "api.md").read_text().split("## Refused by the operator, not at apply time")[1]
+    )
+    for rule in manifest.OPERATOR_ONLY_RULES:
+        assert f"| {rule.rule} |" in published, f"docs/api.md does not list {rule.rule!r}: run `make crds`"
+    rows = [line for line in published.splitlines() if line.startswith("| ")]
+    assert len(rows) - 2 == len(manifest.OPERATOR_ONLY_RULES)  # a header and a separator row, then one each
+
+
+def _cpu_mlp() -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "cpu-mlp.yaml").read_text())
+    return document
+
+
+def test_a_null_field_means_its_default_as_the_apiserver_reads_it() -> None:
+    document = _cpu_mlp()
+    document["spec"]["checkpoint"]["intervalMinutes"] = None
+    document["spec"]["workers"]["memoryPerWorker"] = None
+    job = manifest.parse_object(document)
+    assert isinstance(job, trainingjob.TrainingJob)
+    assert job.spec.checkpoint.interval_minutes == 10.0  # not "no interval": the apiserver prunes the null
+    assert job.spec.workers.memory_per_worker == "16Gi"
+
+
+def test_a_whole_number_written_as_a_float_is_an_integer_as_the_apiserver_reads_it() -> None:
+    document = _cpu_mlp()
+    document["spec"]["workers"]["replicas"] = 2.0
+    job = manifest.parse_object(document)
+    assert isinstance(job, trainingjob.TrainingJob) and job.spec.workers.replicas == 2
+    document["spec"]["workers"]["replicas"] = 2.5
+    with pytest.raises(manifest.ManifestError) as refused:
+        manifest.parse_object(document)
+    assert [e.path for e in refused.value.errors] == ["spec.workers.replicas"]
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("workers", "replicas"), "2"),
+        (("suspend",), "false"),
+        (("network", "probe"), 1),
+        (("hyperparameters", "learningRate"), "0.1"),
+        (("workers", "nodeSelector"), {"pool": 1}),
+    ],
+    ids=["quoted-integer", "quoted-boolean", "integer-for-boolean", "quoted-number", "number-for-string"],
+)
+def test_validate_is_as_strict_about_types_as_the_crd_schema(path: tuple[str, ...], value: Any) -> None:
+    """pydantic's lax mode would turn "2" into 2 and "false" into False; kubectl apply refuses both."""
+    document = _cpu_mlp()
+    node = document["spec"]
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = value
+    with pytest.raises(manifest.ManifestError) as refused:
+        manifest.parse_object(document)
+    assert any(e.path.startswith("spec." + ".".join(path)) for e in refused.value.errors), refused.value
+
+
 @pytest.mark.parametrize("path", INVALID, ids=lambda p: p.name)
 def test_every_invalid_manifest_fails_with_a_message_naming_the_offending_field(path: pathlib.Path) -> None:
     with pytest.raises(manifest.ManifestError) as caught:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import pathlib
 from typing import Any
 
 import pytest
 import yaml
 
-from trainop.api import crd, reference, trainingjob
+from trainop.api import crd, reference, trainingjob, tuningsweep
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -122,10 +123,26 @@ def test_bus_bandwidth_status_field_spells_its_unit_gigabytes_per_second() -> No
 
 
 def test_cross_field_rules_are_cel_validations_in_the_schema() -> None:
-    text = yaml.safe_dump(crd.trainingjob_crd())
+    text = json.dumps(crd.trainingjob_crd())  # not YAML: its line folding would split the rules
     assert "has(self.model) != has(self.entrypoint)" in text
     assert "has(self.epochs) || has(self.maxSteps)" in text
     assert "has(self.intervalSteps) || has(self.intervalMinutes)" in text
+    assert "self.precision != 'fp16' || self.workers.gpusPerWorker >= 1" in text
+    assert "self.kind == 'synthetic' || (has(self.path) && self.path != '')" in text
+    sweep = json.dumps(crd.tuningsweep_crd())
+    assert "self.type != 'asha' || self.gracePeriod <= self.maxT" in sweep
+
+
+@pytest.mark.parametrize("filename", sorted(crd.all_crds()))
+def test_every_immutable_field_has_a_transition_rule_on_the_spec(filename: str) -> None:
+    obj = crd.all_crds()[filename]
+    spec = obj["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    transitions = [r["rule"] for r in spec["x-kubernetes-validations"] if "oldSelf" in r["rule"]]
+    immutable = {"TrainingJob": trainingjob.IMMUTABLE_FIELDS, "TuningSweep": tuningsweep.IMMUTABLE_FIELDS}
+    paths = immutable[obj["spec"]["names"]["kind"]]
+    assert len(transitions) == len(paths)
+    for path, rule in zip(paths, transitions, strict=True):
+        assert f"self.{'.'.join(path)} == oldSelf.{'.'.join(path)}" in rule
 
 
 def test_status_schema_carries_no_defaults() -> None:

@@ -1,12 +1,16 @@
 {{/*
+Generated from trainop.controller.rbac.GRANTS by `make crds`. Do not edit: tests/unit/test_chart_rbac.py
+fails when this file differs from what that list renders, and the security tier checks, on a real
+apiserver, what the ServiceAccount bound to the rendered ClusterRoles may and may not do.
+
 THE permissions of the trainop operator: one list, independent of .Values (nothing below may read them;
 tests/chart renders it with different values files and compares). charts/trainop/README.md lists the same
-rules in a table, and tests/chart checks table and template against each other and, on a real apiserver,
-that the ServiceAccount can do exactly this and no more (no secrets, no escalate/bind, no pods/exec).
+rules in a table, and tests/chart checks table and template against each other.
 
 "trainop.rbac.namespacedRules" are granted cluster-wide (ClusterRoleBinding) or, with watchNamespaces,
 per watched namespace (one RoleBinding per namespace to the same ClusterRole).
 "trainop.rbac.clusterRules" are about cluster-scoped resources and always need a ClusterRoleBinding.
+RBAC cannot confine writes to the objects trainop manages: templates/admission-policy.yaml does.
 */}}
 
 {{- define "trainop.rbac.namespacedRules" -}}
@@ -30,19 +34,24 @@ per watched namespace (one RoleBinding per namespace to the same ClusterRole).
 - apiGroups: ["ray.io"]
   resources: ["rayjobs"]
   verbs: ["get", "list", "watch", "create", "delete"]
-# Read-only: KubeRay's RayCluster of the current attempt tells why it is not ready.
+# Read-only: KubeRay's RayCluster of the current attempt tells why it is not ready (quota, pods).
 - apiGroups: ["ray.io"]
   resources: ["rayclusters"]
   verbs: ["get", "list", "watch"]
-# The checkpoint claim: created once, never changed (watched to notice it bound or lost).
+# The checkpoint claim: created once, never changed or deleted by the operator (owner references do
+# that); watched to notice it bound or lost.
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["get", "list", "watch", "create"]
-# Per-job children kept in line with the spec: the trainer's config, the job's ServiceAccount, and its
-# Role and RoleBinding.
+# Read-only: the job's pods explain image-pull and scheduling problems on its status.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch"]
+# Per-job children kept in line with the spec: the trainer's config and the job's ServiceAccount.
 - apiGroups: [""]
   resources: ["configmaps", "serviceaccounts"]
   verbs: ["get", "create", "patch"]
+# Each job's Role (get+patch on its own status only) and its RoleBinding.
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
   verbs: ["get", "create", "patch"]
@@ -50,10 +59,6 @@ per watched namespace (one RoleBinding per namespace to the same ClusterRole).
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
-# Read-only: the job's pods explain image-pull and scheduling problems on its status.
-- apiGroups: [""]
-  resources: ["pods"]
-  verbs: ["list", "watch"]
 {{- end }}
 
 {{- define "trainop.rbac.clusterRules" -}}

@@ -27,6 +27,10 @@ QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$"
 # Job names are capped at 40 so that child names ("<job>-a<attempt>", KubeRay's own suffixes on the
 # RayCluster and its pods) stay within KubeRay's 47-character RayJob name limit.
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_LABEL_HINT = (
+    "must be a lowercase DNS label (a-z, 0-9 and '-', starting and ending with a letter or digit), "
+    "e.g. resnet-cifar"
+)
 
 Quantity = Annotated[str, pydantic.Field(pattern=QUANTITY_PATTERN)]
 

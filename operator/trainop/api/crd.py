@@ -12,6 +12,9 @@ Design choices:
 - Free-form maps (``dict[str, Any]``) become ``x-kubernetes-preserve-unknown-fields``; nothing else does.
 - Key patterns of maps (``propertyNames``) have no structural equivalent and become a CEL rule.
 - Cross-field rules come from ``x-kubernetes-validations`` attached to the models themselves.
+- Immutable fields (each kind's ``IMMUTABLE_FIELDS``) become transition rules (``oldSelf``) on the spec,
+  so the apiserver refuses the edit at apply time; the operator still checks them (controller/acceptance)
+  for objects written before the rule existed.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 
 import pydantic
 
-from trainop.api import base, trainingjob, tuningsweep
+from trainop.api import base, cel, trainingjob, tuningsweep
 
 JsonSchema = dict[str, Any]
 
@@ -134,13 +137,42 @@ def _cel_string(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def _immutable_rule(path: tuple[str, ...]) -> cel.Rule:
+    """A transition rule: the field at ``path`` (under spec) keeps its value, presence included."""
+    whole = ".".join(path)
+    presence = " && ".join(
+        f"has(self.{'.'.join(path[:d])}) == has(oldSelf.{'.'.join(path[:d])})"
+        for d in range(1, len(path) + 1)
+    )
+    expression = f"{presence} && (!has(self.{whole}) || self.{whole} == oldSelf.{whole})"
+    shown = f"spec.{whole}"
+    message = f"{shown} cannot change while the object exists: delete and recreate it to change {shown}"
+    scalar = path[-1] not in ("storage", "searchSpace", "objective")
+    if not scalar:
+        return cel.rule(expression, message)
+
+    def show(root: str) -> str:
+        return f"(has({root}.{whole}) ? string({root}.{whole}) : 'unset')"
+
+    return cel.rule(
+        expression,
+        message,
+        cel.format(
+            f"{shown} cannot change from %s to %s: delete and recreate the object to change it",
+            show("oldSelf"),
+            show("self"),
+        ),
+    )
+
+
 def _object_schema(
-    model: type[pydantic.BaseModel],
     *,
     spec_model: type[pydantic.BaseModel],
     status_model: type[pydantic.BaseModel],
+    immutable_fields: tuple[tuple[str, ...], ...],
 ) -> JsonSchema:
-    del model  # the envelope is written by hand: apiVersion/kind/metadata are the apiserver's
+    spec = structural_schema(spec_model, apply_defaults=True)
+    spec.setdefault("x-kubernetes-validations", []).extend(_immutable_rule(path) for path in immutable_fields)
     return {
         "type": "object",
         "required": ["spec"],
@@ -148,13 +180,17 @@ def _object_schema(
             {
                 "rule": "self.metadata.name.size() <= 40",
                 "message": "metadata.name must be at most 40 characters (child object names add suffixes)",
-            }
+            },
+            cel.rule(
+                f"self.metadata.name.matches({cel.string(base.DNS_LABEL_PATTERN)})",
+                f"metadata.name {base.DNS_LABEL_HINT}",
+            ),
         ],
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
             "metadata": {"type": "object"},
-            "spec": structural_schema(spec_model, apply_defaults=True),
+            "spec": spec,
             "status": structural_schema(status_model, apply_defaults=False),
         },
     }
@@ -217,9 +253,9 @@ def trainingjob_crd() -> dict[str, Any]:
         plural="trainingjobs",
         short_names=["tj", "tjob"],
         schema=_object_schema(
-            trainingjob.TrainingJob,
             spec_model=trainingjob.TrainingJobSpec,
             status_model=trainingjob.TrainingJobStatus,
+            immutable_fields=trainingjob.IMMUTABLE_FIELDS,
         ),
         columns=[
             _column("Phase", ".status.phase"),
@@ -248,9 +284,9 @@ def tuningsweep_crd() -> dict[str, Any]:
         plural="tuningsweeps",
         short_names=["ts", "sweep"],
         schema=_object_schema(
-            tuningsweep.TuningSweep,
             spec_model=tuningsweep.TuningSweepSpec,
             status_model=tuningsweep.TuningSweepStatus,
+            immutable_fields=tuningsweep.IMMUTABLE_FIELDS,
         ),
         columns=[
             _column("Phase", ".status.phase"),

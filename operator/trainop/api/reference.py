@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from trainop.api import crd
+from trainop.api import crd, manifest
 
 _CONSTRAINTS = (
     ("minimum", ">= {}"),
@@ -80,7 +80,12 @@ def render() -> str:
         "# API reference (trainop.dev/v1alpha1)",
         "",
         "Generated from the pydantic models in `operator/trainop/api` by `make crds`. Do not edit.",
-        "Cross-field rules are enforced by the apiserver (CEL) and by `trainop validate` alike.",
+        "",
+        "Every rule below is enforced twice: by the apiserver when a manifest is applied (the CRD's schema",
+        "and CEL rules; Kubernetes >= 1.30) and by `trainop validate` (the models, read as the apiserver",
+        "reads a manifest: strict types, `null` meaning the default), with the same sentence — except the",
+        "few rules listed under [Refused by the operator, not at apply time](#refused-by-the-operator-not-at-"
+        "apply-time). tests/integration/test_api_verdicts.py checks this against a real apiserver.",
         "",
     ]
     for obj in crd.all_crds().values():
@@ -96,4 +101,23 @@ def render() -> str:
             for name, sub in schema[part].get("properties", {}).items():
                 out.extend(_rows(sub, name, name in set(schema[part].get("required", []))))
             out.append("")
+        out += [f"## {kind}: rules across fields", ""]
+        out += [
+            f"- {rule['message']}"
+            for node in (obj["spec"]["versions"][0]["schema"]["openAPIV3Schema"], schema["spec"])
+            for rule in node.get("x-kubernetes-validations", [])
+        ]
+        out.append("")
+    out += [
+        "## Refused by the operator, not at apply time",
+        "",
+        "The apiserver admits a manifest that breaks one of these; `trainop validate` refuses it, and the",
+        "operator fails the object (phase Failed, condition `SpecValid=False`, reason `InvalidSpec`, an",
+        "Event) naming the field.",
+        "",
+        "| rule | why the CRD cannot check it |",
+        "| --- | --- |",
+        *(f"| {rule.rule} | {rule.why_not_in_the_crd} |" for rule in manifest.OPERATOR_ONLY_RULES),
+        "",
+    ]
     return "\n".join(out)

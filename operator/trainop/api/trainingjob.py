@@ -3,8 +3,9 @@
 These models are the single source of truth: the CRD schema (crds/), the defaults the apiserver fills
 in, the docs' field tables and the trainer's config are all derived from them. Cross-field rules are
 written twice on purpose — once as a pydantic validator (for ``trainop validate`` and local mode) and
-once as a CEL rule attached to the schema (so the apiserver refuses the same manifest) — and a test
-checks that both reject the same corpus.
+once as a CEL rule attached to the schema (so the apiserver refuses the same manifest, with the same
+sentence) — and tests/integration/test_api_verdicts.py sends the invalid corpus and hypothesis-drawn
+manifests to a real apiserver to check that both refuse the same manifests.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 import pydantic
 
-from trainop.api import base
+from trainop.api import base, cel
 
 ENTRYPOINT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
 NCCL_ENV_KEY_PATTERN = r"^(NCCL|TORCH_NCCL|UCX|FI)_[A-Z0-9_]+$"
@@ -106,6 +107,18 @@ class AccessMode(enum.StrEnum):
 
 class Dataset(base.ApiModel):
     """Where the training data comes from. Nothing is downloaded: real datasets are read from a path."""
+
+    model_config = pydantic.ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel.rule(
+                    "self.kind == 'synthetic' || (has(self.path) && self.path != '')",
+                    "path is required when kind is not synthetic: set the directory or file",
+                    cel.format("path is required when kind is %s: set the directory or file", "self.kind"),
+                )
+            ]
+        }
+    )
 
     kind: DatasetKind = DatasetKind.SYNTHETIC
     path: str | None = pydantic.Field(
@@ -353,7 +366,48 @@ class Reporting(base.ApiModel):
     metrics_port: Annotated[int, pydantic.Field(ge=1024, le=65535)] = 9090
 
 
+def _spec_rules() -> list[cel.Rule]:
+    """The CEL twins of TrainingJobSpec's validators (same sentences, values filled in)."""
+    first = "self.reporting.metricsPort"
+    gpus = "self.workers.gpusPerWorker"
+    last = f"({first} + ({gpus} > 1 ? {gpus} : 1) - 1)"
+    ray_ports = "[" + ", ".join(str(port) for port in RAY_POD_PORTS) + "]"
+    users = "{" + ", ".join(f"{port}: {cel.string(user)}" for port, user in RAY_POD_PORTS.items()) + "}"
+    clash = f"{ray_ports}.filter(p, {first} <= p && p <= {last})[0]"
+    return [
+        cel.rule("self.precision != 'fp16' || self.workers.gpusPerWorker >= 1", FP16_NEEDS_GPUS),
+        cel.rule(
+            f"{last} <= 65535",
+            "reporting.metricsPort leaves no room for one port per GPU; choose a lower metricsPort",
+            cel.format(
+                "reporting.metricsPort %d leaves no room for one port per GPU (up to %d); choose a lower "
+                "metricsPort",
+                first,
+                last,
+            ),
+        ),
+        cel.rule(
+            f"{ray_ports}.all(p, p < {first} || p > {last})",
+            "reporting.metricsPort: the trainer's metrics ports (one per GPU of a worker) include a port "
+            "Ray uses in the same pod; choose another metricsPort",
+            cel.format(
+                "reporting.metricsPort: the trainer's metrics ports %d-%d (one per GPU of a worker) include "
+                "%d, which %s uses in the same pod; choose another metricsPort",
+                first,
+                last,
+                clash,
+                f"{users}[{clash}]",
+            ),
+        ),
+    ]
+
+
+FP16_NEEDS_GPUS = "precision fp16 needs GPUs: set workers.gpusPerWorker >= 1 or use bf16/fp32"
+
+
 class TrainingJobSpec(base.ApiModel):
+    model_config = pydantic.ConfigDict(json_schema_extra=lambda schema: _with_rules(schema, _spec_rules()))
+
     image: str = pydantic.Field(default="ghcr.io/trainop/trainer:0.1.0", min_length=1)
     ray_version: Annotated[str, pydantic.Field(pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")] = "2.60.0"
     workload: Workload
@@ -372,7 +426,7 @@ class TrainingJobSpec(base.ApiModel):
     @pydantic.model_validator(mode="after")
     def _precision_fits_device(self) -> TrainingJobSpec:
         if self.workers.gpus_per_worker == 0 and self.precision == Precision.FP16:
-            raise ValueError("precision fp16 needs GPUs: set workers.gpusPerWorker >= 1 or use bf16/fp32")
+            raise ValueError(FP16_NEEDS_GPUS)
         return self
 
     @pydantic.model_validator(mode="after")
@@ -403,6 +457,11 @@ IMMUTABLE_FIELDS: tuple[tuple[str, ...], ...] = (
     ("workers", "gpusPerWorker"),
     ("checkpoint", "storage"),
 )
+
+
+def _with_rules(schema: dict[str, Any], rules: list[cel.Rule]) -> None:
+    """json_schema_extra as a function: the rules are built once the models they read exist."""
+    schema.setdefault("x-kubernetes-validations", []).extend(rules)
 
 
 class Failure(base.ApiModel):

@@ -9,16 +9,20 @@ dotted paths into the template (``hyperparameters.learningRate``) or NCCL variab
 from __future__ import annotations
 
 import enum
-import re
 from typing import Annotated, Any, Literal
 
 import pydantic
 
-from trainop.api import base, trainingjob
+from trainop.api import base, cel, trainingjob
 
 MAX_DURATION = trainingjob.MAX_DURATION_SECONDS
 
 PARAMETER_NAME_PATTERN = r"^(nccl\.(NCCL|TORCH_NCCL)_[A-Z0-9_]+|[a-z][A-Za-z0-9]*(\.[a-z][A-Za-z0-9]*)+)$"
+
+
+GRACE_ABOVE_MAX_T = "scheduler.gracePeriod must not exceed scheduler.maxT"
+GRID_NEEDS_GRID_ALGORITHM = "searchSpace type grid needs algorithm grid"
+MAX_SEARCH_SPACE_KEYS = 32
 
 
 class DistributionKind(enum.StrEnum):
@@ -46,8 +50,8 @@ class Distribution(base.ApiModel):
     model_config = pydantic.ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
-                # `values` holds untyped items, which CEL cannot see, so "choice and grid need values"
-                # is checked by the models (trainop validate, and the operator on admission) only.
+                # `values` holds untyped items, which CEL cannot see (the field is undefined to it), so
+                # "choice and grid need values" is checked by the models only (manifest.OPERATOR_ONLY_RULES).
                 {
                     "rule": "self.type in ['choice', 'grid'] || "
                     "(has(self.lower) && has(self.upper) && self.lower < self.upper)",
@@ -98,6 +102,14 @@ class Objective(base.ApiModel):
 
 
 class Scheduler(base.ApiModel):
+    model_config = pydantic.ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel.rule("self.type != 'asha' || self.gracePeriod <= self.maxT", GRACE_ABOVE_MAX_T)
+            ]
+        }
+    )
+
     type: Literal["asha", "none"] = "asha"
     grace_period: Annotated[int, pydantic.Field(ge=1)] = 1
     max_t: Annotated[int, pydantic.Field(ge=1)] = 100
@@ -106,15 +118,52 @@ class Scheduler(base.ApiModel):
     @pydantic.model_validator(mode="after")
     def _grace_within_max(self) -> Scheduler:
         if self.type == "asha" and self.grace_period > self.max_t:
-            raise ValueError("scheduler.gracePeriod must not exceed scheduler.maxT")
+            raise ValueError(GRACE_ABOVE_MAX_T)
         return self
 
 
+def _not_a_template_field(key: str) -> str:
+    """CEL: ``key`` (a searchSpace key) names neither an NCCL variable nor a scalar field of the template."""
+    paths = "[" + ", ".join(cel.string(path) for path in sorted(TEMPLATE_PARAMETER_PATHS)) + "]"
+    return f"!({key}.startsWith('nccl.') || {key} in {paths})"
+
+
+def _spec_rules() -> list[cel.Rule]:
+    """The CEL twins of TuningSweepSpec's validator (same sentences, values filled in)."""
+    all_grid = "self.searchSpace.all(k, self.searchSpace[k].type == 'grid')"
+    return [
+        cel.rule(
+            f"!self.searchSpace.exists(k, {_not_a_template_field('k')})",
+            "every searchSpace key must be a field of the template: use a dotted path such as "
+            "hyperparameters.learningRate or nccl.NCCL_ALGO",
+            cel.format(
+                "searchSpace key '%s' is not a field of the template: use a dotted path such as "
+                "hyperparameters.learningRate or nccl.NCCL_ALGO",
+                f"self.searchSpace.filter(k, {_not_a_template_field('k')})[0]",
+            ),
+        ),
+        cel.rule(
+            f"self.algorithm != 'grid' || {all_grid}",
+            "algorithm grid needs every searchSpace entry to be type grid",
+            cel.format(
+                "algorithm grid needs every searchSpace entry to be type grid; not: %s",
+                "self.searchSpace.filter(k, self.searchSpace[k].type != 'grid')[0]",
+            ),
+        ),
+        cel.rule(
+            "self.algorithm == 'grid' || !self.searchSpace.exists(k, self.searchSpace[k].type == 'grid')",
+            GRID_NEEDS_GRID_ALGORITHM,
+        ),
+    ]
+
+
 class TuningSweepSpec(base.ApiModel):
+    model_config = pydantic.ConfigDict(json_schema_extra=lambda schema: _with_rules(schema, _spec_rules()))
+
     template: trainingjob.TrainingJobSpec
     search_space: Annotated[
         dict[Annotated[str, pydantic.Field(pattern=PARAMETER_NAME_PATTERN)], Distribution],
-        pydantic.Field(min_length=1, max_length=32),
+        pydantic.Field(min_length=1, max_length=MAX_SEARCH_SPACE_KEYS),
     ]
     objective: Objective = pydantic.Field(default_factory=Objective)
     algorithm: Algorithm = Algorithm.RANDOM
@@ -130,21 +179,23 @@ class TuningSweepSpec(base.ApiModel):
     @pydantic.model_validator(mode="after")
     def _consistent(self) -> TuningSweepSpec:
         for name in self.search_space:
-            if not name.startswith("nccl.") and not _template_has_path(name):
+            if not name.startswith("nccl.") and name not in TEMPLATE_PARAMETER_PATHS:
                 raise ValueError(
                     f"searchSpace key {name!r} is not a field of the template: use a dotted path such as "
                     "hyperparameters.learningRate or nccl.NCCL_ALGO"
                 )
         if self.algorithm == Algorithm.GRID:
             bad = [k for k, d in self.search_space.items() if d.type != DistributionKind.GRID]
-            if bad:
-                raise ValueError(f"algorithm grid needs every searchSpace entry to be type grid; not: {bad}")
+            if bad:  # the first one only, as the CRD's rule (CEL cannot join a list within its cost budget)
+                raise ValueError(
+                    f"algorithm grid needs every searchSpace entry to be type grid; not: {bad[0]}"
+                )
             if self.num_trials != self.grid_size:
                 raise ValueError(
                     f"numTrials must be {self.grid_size} with algorithm grid (one trial per grid point)"
                 )
         elif any(d.type == DistributionKind.GRID for d in self.search_space.values()):
-            raise ValueError("searchSpace type grid needs algorithm grid")
+            raise ValueError(GRID_NEEDS_GRID_ALGORITHM)
         return self
 
     @property
@@ -166,23 +217,14 @@ IMMUTABLE_FIELDS: tuple[tuple[str, ...], ...] = (
 )
 
 
-def _template_has_path(dotted: str) -> bool:
-    """True when ``dotted`` (camelCase, as in a manifest) names a scalar field of TrainingJobSpec."""
-    model: type[pydantic.BaseModel] = trainingjob.TrainingJobSpec
-    parts = dotted.split(".")
-    for i, part in enumerate(parts):
-        snake = re.sub(r"(?<!^)(?=[A-Z])", "_", part).lower()
-        field = model.model_fields.get(snake)
-        if field is None:
-            return False
-        annotation = field.annotation
-        nested = _model_in(annotation)
-        if i == len(parts) - 1:
-            return nested is None
-        if nested is None:
-            return False
-        model = nested
-    return False
+def _scalar_paths(model: type[pydantic.BaseModel], prefix: str = "") -> list[str]:
+    """Dotted camelCase paths of every field of ``model`` that is not itself a model (a sweep parameter)."""
+    paths: list[str] = []
+    for name, info in model.model_fields.items():
+        path = prefix + (info.alias or name)
+        nested = _model_in(info.annotation)
+        paths.extend([path] if nested is None else _scalar_paths(nested, path + "."))
+    return paths
 
 
 def _model_in(annotation: Any) -> type[pydantic.BaseModel] | None:
@@ -193,6 +235,14 @@ def _model_in(annotation: Any) -> type[pydantic.BaseModel] | None:
         if found is not None:
             return found
     return None
+
+
+#: What a searchSpace key may name besides nccl.* variables: a scalar field of the template.
+TEMPLATE_PARAMETER_PATHS = frozenset(_scalar_paths(trainingjob.TrainingJobSpec))
+
+
+def _with_rules(schema: dict[str, Any], rules: list[cel.Rule]) -> None:
+    schema.setdefault("x-kubernetes-validations", []).extend(rules)
 
 
 class TrialCounts(base.ApiModel):

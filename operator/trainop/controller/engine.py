@@ -21,7 +21,7 @@ from typing import Any
 
 import aiohttp
 
-from trainop.controller import apply, kinds, kube, metrics, reconcile, workqueue
+from trainop.controller import apply, kinds, kube, metrics, options, reconcile, workqueue
 
 log = logging.getLogger(__name__)
 # Failures that are the world's, not a bug: logged without a traceback and retried. Transport errors
@@ -36,7 +36,9 @@ _EXPECTED_ERRORS = (
 
 
 class Engine:
-    def __init__(self, reconciler: reconcile.Reconciler, *, num_workers: int = 4) -> None:
+    def __init__(
+        self, reconciler: reconcile.Reconciler, *, num_workers: int = options.DEFAULT_WORKERS
+    ) -> None:
         self.queue: workqueue.WorkQueue[reconcile.OwnerKey] = workqueue.WorkQueue()
         self.owner_metrics = metrics.OwnerMetrics()
         self._reconciler = reconciler

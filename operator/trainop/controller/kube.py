@@ -166,14 +166,21 @@ class Kube:
             method, url, headers, body, None, _request_timeout=REQUEST_TIMEOUT_SECONDS
         )
         raw = await response.read()  # type: ignore[no-untyped-call]
-        data: dict[str, Any] = json.loads(raw) if raw else {}
         if response.status >= 400:
+            # Not every error is a Status object: a path of an API group that is not served (KubeRay not
+            # installed) answers 404 with the plain text "404 page not found".
+            try:
+                status: Any = json.loads(raw) if raw else {}
+            except ValueError:
+                status = None
+            status = status if isinstance(status, dict) else {}
             raise ApiError(
                 response.status,
-                str(data.get("reason") or response.reason),
-                str(data.get("message") or raw),
+                str(status.get("reason") or response.reason),
+                str(status.get("message") or bytes(raw).decode(errors="replace").strip()),
                 retry_after=_seconds(response.getheader("Retry-After")),  # type: ignore[no-untyped-call]
             )
+        data: dict[str, Any] = json.loads(raw) if raw else {}
         return data
 
     # ---------------------------------------------------------------------------------------- verbs

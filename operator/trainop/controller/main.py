@@ -6,8 +6,10 @@ registers nothing globally, so tests can run several operators in one process), 
 endpoint, and prometheus-client's HTTP server for ``metrics.REGISTRY`` on its own port.
 
 Scope: every namespace (``namespaces=None``) or the listed ones (kopf namespace patterns, e.g.
-``["team-a", "ml-*"]``). The operator runs standalone (one replica); with ``peering`` set it joins a
-kopf peering object so that only one of several replicas acts at a time. This module must not reconcile.
+``["team-a", "ml-*"]``). The operator runs kopf standalone: one replica (the chart's Deployment, Recreate
+strategy). kopf's peering, which lets several replicas take turns, is not offered: it needs kopf's peering
+CRDs and RBAC the chart does not ship, and without them kopf pauses every handler without an error.
+This module must not reconcile.
 """
 
 from __future__ import annotations
@@ -37,7 +39,6 @@ def run(
     log_format: str = "plain",
     verbose: bool = False,
     workers: int = options.DEFAULT_WORKERS,
-    peering: str | None = None,
     watch_inactivity_timeout: float | None = None,
 ) -> int:
     """Run the operator until SIGINT/SIGTERM; returns the process exit code (0).
@@ -48,7 +49,6 @@ def run(
     kubeconfig     a kubeconfig path; default: in-cluster ServiceAccount, else $KUBECONFIG.
     log_format     "plain", "full" or "json" (one JSON object per line, for log pipelines).
     workers        concurrent reconciles (of different owners; one owner is never reconciled twice at once).
-    peering        a kopf peering name for multi-replica deployments; None runs standalone.
     watch_inactivity_timeout
                    seconds without any event (not even the apiserver's bookmarks, about one a minute) after
                    which a watch stream counts as dead and is re-established; None keeps kopf's 70 s.
@@ -65,7 +65,6 @@ def run(
             liveness_port=liveness_port,
             kubeconfig=kubeconfig,
             workers=workers,
-            peering=peering,
             watch_inactivity_timeout=watch_inactivity_timeout,
         )
     )
@@ -78,7 +77,6 @@ async def serve(
     liveness_port: int | None,
     kubeconfig: str | None,
     workers: int,
-    peering: str | None,
     watch_inactivity_timeout: float | None = None,
     stop_flag: asyncio.Event | threading.Event | None = None,
     ready_flag: asyncio.Event | threading.Event | None = None,
@@ -109,8 +107,7 @@ async def serve(
             # kopf would otherwise derive its identity from getpass.getuser(), which raises for a uid
             # without a passwd entry -- the chart's 65532 in a slim image (found on the cluster bed).
             identity=own_identity(),
-            standalone=peering is None,
-            peering_name=peering,
+            standalone=True,
             stop_flag=stop_flag,
             ready_flag=ready_flag,
         )
@@ -127,15 +124,17 @@ def own_identity() -> str:
 
 def _register_login(registry: kopf.OperatorRegistry, kubeconfig: str | None) -> None:
     """kopf's watch streams authenticate exactly like ``kube.Kube``: the pod's ServiceAccount, else the
-    kubeconfig (re-read at every login, so tokens from exec plugins are refreshed when kopf re-logs in).
+    kubeconfig (re-read at every login, so rotated ServiceAccount tokens and tokens from exec plugins are
+    refreshed when kopf re-logs in).
 
+    Not ``kopf.login_with_service_account``: it always connects to https://kubernetes.default.svc, while
+    the operator's own client (the Kubernetes client's in-cluster loader) uses KUBERNETES_SERVICE_HOST and
+    _PORT; one address for both (tests/security/test_in_cluster_credentials.py, with no cluster DNS).
     A private registry gets none of kopf's implicit login handlers, so the choice is explicit here.
     """
 
     @kopf.on.login(registry=registry)
     async def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        if kube.in_cluster(kubeconfig):
-            return kopf.login_with_service_account(**kwargs)
         configuration = await kube.load_configuration(kubeconfig)
         header = configuration.api_key.get("BearerToken") or configuration.api_key.get("authorization") or ""
         scheme, _, token = header.partition(" ") if " " in header else ("", "", header)

@@ -48,7 +48,6 @@ def add_arguments(parser: argparse.ArgumentParser, *, default_log_format: str) -
         default=DEFAULT_WORKERS,
         help=f"concurrent reconciles of different owners (default {DEFAULT_WORKERS})",
     )
-    parser.add_argument("--peering", default=None, help="kopf peering name for several replicas")
     parser.add_argument(
         "--watch-inactivity-timeout",
         type=float,
@@ -68,6 +67,5 @@ def run_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "log_format": args.log_format,
         "verbose": args.verbose,
         "workers": args.workers,
-        "peering": args.peering,
         "watch_inactivity_timeout": args.watch_inactivity_timeout,
     }
