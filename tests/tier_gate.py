@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 #: The tiers every CI run must exercise (tests/tiers.py assigns each test to one of them).
-REQUIRED_TIERS = ("unit", "controlplane", "ray", "e2e", "chart", "monitoring")
+REQUIRED_TIERS = ("unit", "controlplane", "nodeagent", "ray", "e2e", "chart", "monitoring")
 #: Tests carrying this marker may skip in CI, and only they (they need a CUDA GPU).
 ALLOWED_SKIP_MARKER = "gpu"
 SUMMARY_ENV = "TRAINOP_TIER_SUMMARY"

@@ -66,6 +66,7 @@ TIERS: tuple[Tier, ...] = (
     Tier("chart", _under("tests/chart/"), 600),
     Tier("monitoring", _under("tests/monitoring/"), 300),
     Tier("ray", _marked("ray"), 1200),
+    Tier("nodeagent", _marked("nodeagent"), 600),
     Tier("controlplane", _marked("controlplane"), 900),
     Tier("unit", lambda item, path: True, 300),
 )

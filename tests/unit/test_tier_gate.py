@@ -21,8 +21,9 @@ EVERY_TIER = {
     "e2e/test_e.py": "def test_e():\n    pass\n",
     "tests/x/test_r.py": "import pytest\n\n@pytest.mark.ray\ndef test_r():\n    pass\n",
     "tests/x/test_p.py": "import pytest\n\n@pytest.mark.controlplane\ndef test_p():\n    pass\n",
+    "tests/x/test_n.py": "import pytest\n\n@pytest.mark.nodeagent\ndef test_n():\n    pass\n",
 }
-INI = "[pytest]\nmarkers =\n    ray: r\n    controlplane: c\n    e2e: e\n"
+INI = "[pytest]\nmarkers =\n    ray: r\n    controlplane: c\n    nodeagent: n\n    e2e: e\n"
 
 
 @pytest.fixture
