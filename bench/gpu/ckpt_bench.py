@@ -33,7 +33,8 @@ import torch.distributed as dist
 from trainop.api import trainer_config
 from trainop_trainer import checkpoint, distributed, workloads
 from trainop_trainer import config as config_module
-from trainop_trainer.runtime import Runtime, configure_logging
+from trainop_trainer.logs import configure_logging
+from trainop_trainer.runtime import Runtime
 from trainop_trainer.trainer import Trainer
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,7 +30,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from trainop.api import trainingjob
 from trainop_trainer import checkpoint, data, schedule
-from trainop_trainer.runtime import Decision, Outcome, Runtime
+from trainop_trainer.runtime import Runtime
+from trainop_trainer.step_schedule import Decision, Outcome
 from trainop_trainer.workloads import Batch, Workload
 
 log = logging.getLogger(__name__)
@@ -121,14 +121,8 @@ class Trainer:
         self.step = 0
         self.epoch = 0
         self.batches_in_epoch = 0
-        # Report-window accumulators; the loss sum stays on the device until report time.
-        self._loss_sum = torch.zeros((), device=self.device, dtype=torch.float32)
-        self._loss_count = 0
-        self._window_start = time.perf_counter()
-        self._window_step = 0
-        self._last_loss: float | None = None
-        self._ray_reported_step: int | None = None
-        self._last_samples_per_second: float | None = None
+        self.reports = runtime.reports
+        self._window = runtime.reports.window
 
     # -------------------------------------------------------------------------------------------- set-up
     def _parallelize(self, model: nn.Module) -> nn.Module:
@@ -173,8 +167,7 @@ class Trainer:
         last = len(micro_batches) - 1
         for index, (inputs, targets) in enumerate(micro_batches):
             loss = self.forward_backward_step(inputs, targets, sync_grads=index == last)
-            self._loss_sum += loss.float()
-        self._loss_count += len(micro_batches)
+            self._window.add_loss(loss)
         if self.hp.gradient_clip_norm is not None:
             self.scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.hp.gradient_clip_norm, foreach=True)
@@ -208,7 +201,7 @@ class Trainer:
                 "batchesInEpoch": self.batches_in_epoch,
                 "samplesInEpoch": self.batches_in_epoch * self.batch_size * self.ctx.world_size,
             },
-            metrics_values={} if self._last_loss is None else {"loss": self._last_loss},
+            metrics_values={} if self.reports.last_loss is None else {"loss": self.reports.last_loss},
             wait=wait,
         )
 
@@ -239,36 +232,7 @@ class Trainer:
 
     # --------------------------------------------------------------------------------------- reporting
     def report(self, *, to_ray: bool) -> None:
-        now = time.perf_counter()
-        local_loss = float(self._loss_sum.item()) / self._loss_count if self._loss_count else self._last_loss
-        steps = self.step - self._window_step
-        elapsed = max(now - self._window_start, 1e-9)
-        samples = steps * self.accum * self.batch_size * self.ctx.world_size
-        # A report with no new steps (the final one) repeats the last window's throughput.
-        samples_per_second = samples / elapsed if steps else self._last_samples_per_second
-        eta = (
-            (self.total_steps - self.step) * elapsed / steps
-            if steps
-            else (0.0 if self.step >= self.total_steps else None)
-        )
-        self._last_samples_per_second = samples_per_second
-        loss = self.runtime.report(
-            step=self.step,
-            total_steps=self.total_steps,
-            epoch=self.epoch,
-            local_loss=local_loss,
-            samples_per_second=samples_per_second,
-            eta_seconds=eta,
-            to_ray=to_ray,
-        )
-        if loss is not None:
-            self._last_loss = loss
-        if to_ray:
-            self._ray_reported_step = self.step
-        self._loss_sum.zero_()
-        self._loss_count = 0
-        self._window_start = now  # the report's own cost counts against the next window's throughput
-        self._window_step = self.step
+        self.reports.report(step=self.step, total_steps=self.total_steps, epoch=self.epoch, to_ray=to_ray)
 
     # ------------------------------------------------------------------------------------------- loop
     def _epoch_batches(self) -> Iterator[list[Batch]]:
@@ -287,7 +251,7 @@ class Trainer:
             self.report(to_ray=decision.ray_report)
         if decision.checkpoint:
             self.save_checkpoint(wait=decision.stop)
-        self.runtime.maybe_inject_failure(step=self.step, checkpointed_now=decision.checkpoint)
+        self.runtime.injector.after_step(self.step, checkpointed_now=decision.checkpoint)
 
     def train(self) -> Outcome:
         self.restore()
@@ -303,24 +267,20 @@ class Trainer:
                 self.ctx.world_size,
             )
         self.train_model.train()
-        runtime.reset_clocks()
-        self._window_start = time.perf_counter()
-        self._window_step = self.step
-        step_seconds = runtime.metrics.step_seconds
-        last = time.perf_counter()
+        runtime.schedule.reset_clocks()
+        self.reports.start(self.step)
+        samples_per_step = self.accum * self.batch_size
         outcome = Outcome.COMPLETED
         while self.step < self.total_steps and outcome == Outcome.COMPLETED:
             for group in self._epoch_batches():
                 self.train_step(group)
                 self.step += 1
                 self.batches_in_epoch += self.accum
-                now = time.perf_counter()
-                step_seconds.observe(now - last)
-                last = now
-                decision = runtime.poll(self.step)
+                self.reports.step_finished(self.step, samples=samples_per_step)
+                decision = runtime.schedule.poll(self.step)
                 self._after_step(decision)
                 if decision.stop:
-                    outcome = Outcome.PREEMPTED if decision.preempt else Outcome.STOPPED
+                    outcome = decision.outcome
                     break
                 if self.step >= self.total_steps:
                     break
@@ -331,11 +291,11 @@ class Trainer:
 
     def _finish(self, outcome: Outcome) -> Outcome:
         if outcome == Outcome.COMPLETED:
-            if self._loss_count or self._ray_reported_step != self.step:
+            if self.reports.needs_final_report(self.step):
                 self.report(to_ray=True)
-            if self.runtime.last_checkpoint_step != self.step:
+            if self.runtime.last_step != self.step:
                 self.save_checkpoint(wait=True)
-        self.runtime.write_outcome(outcome, self.step)
+        self.runtime.record.outcome(outcome.value, self.step)
         if self.ctx.is_rank0:
             log.info("training %s at step %d of %d", outcome.value, self.step, self.total_steps)
         return outcome
