@@ -259,9 +259,7 @@ def test_a_user_entrypoint_trains_with_the_context_helpers(
 
     assert (result.outcome, result.step) == ("completed", 300), result
     assert trainer_support.checkpoint_steps(config) == [100, 200, 300]
-    state = torch.load(
-        trainer_support.run_dir(config) / "checkpoints" / "step_300" / "user_state.pt", weights_only=True
-    )
+    state = trainer_support.user_state(config, 300)
     weight, bias = float(state["model"]["weight"]), float(state["model"]["bias"])
     assert weight == pytest.approx(3.0, abs=0.05) and bias == pytest.approx(-1.0, abs=0.05)
     progress = trainer_support.status(config)["progress"]

@@ -7,6 +7,7 @@ import os
 import pathlib
 import socket
 import sys
+import warnings
 from typing import Any
 
 from trainop.api import trainer_config
@@ -94,12 +95,31 @@ def checkpoint_steps(config: trainer_config.TrainerConfig) -> list[int]:
     return sorted(int(p.name.split("_")[1]) for p in root.glob("step_*") if p.name.split("_")[1].isdigit())
 
 
-def final_model(config: trainer_config.TrainerConfig, step: int) -> dict[str, Any]:
-    import torch
+def checkpoint_part(config: trainer_config.TrainerConfig, step: int, part: str) -> dict[str, Any]:
+    """One part of a committed checkpoint, read from its DCP files as full CPU tensors (any world size)."""
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
 
-    path = run_dir(config) / "checkpoints" / f"step_{step}" / "model.pt"
-    state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
+    path = run_dir(config) / "checkpoints" / f"step_{step}"
+    assert (path / ".metadata").is_file(), f"{path} is not a committed checkpoint"
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is unavailable or uninitialized")
+        state: dict[str, Any] = _load_state_dict_from_keys(keys={part}, checkpoint_id=str(path))[part]
     return state
+
+
+def final_model(config: trainer_config.TrainerConfig, step: int) -> dict[str, Any]:
+    """The model's parameters in the checkpoint of ``step``, by parameter name."""
+    return checkpoint_part(config, step, "model")
+
+
+def user_state(config: trainer_config.TrainerConfig, step: int) -> dict[str, Any]:
+    """What a user entrypoint saved at ``step`` (as ``ctx.load_checkpoint().state`` returns it)."""
+    from trainop_trainer import stateful
+
+    part = stateful.UserState(is_rank0=True)
+    part.load_state_dict(checkpoint_part(config, step, "user"))
+    assert part.restored is not None
+    return part.restored
 
 
 def events(config: trainer_config.TrainerConfig) -> list[dict[str, Any]]:

@@ -1,15 +1,15 @@
 """One worker's runtime: the components a training loop uses, wired up in one place.
 
 ``Runtime.start`` builds, in this order: the network environment (NCCL profile), the control channel, the
-metrics endpoint, PID registration and the SIGTERM handler, the run record (worker-group restarts), rank
-0's status reporter, the checkpoints, the step schedule, the progress reports, the failure injector, and
-runs the all-reduce probe. A training loop — the built-in ``Trainer`` or a user's function through
-``user.Context`` — then talks to the components directly:
+metrics endpoint, PID registration and the SIGTERM handler, rank 0's status reporter, the checkpointer
+(with this rank's RNG state registered), the run record (worker-group restarts), the step schedule, the
+progress reports, the failure injector, and runs the all-reduce probe. A training loop — the built-in
+``Trainer`` or a user's function through ``user.Context`` — then talks to the components directly:
 
 - ``schedule`` (``step_schedule.StepSchedule``): ``poll(step)`` once per step -> the ``Decision`` every
   rank takes at that step (report, checkpoint, stop, preempt);
 - ``reports`` (``reporting.ProgressReports``): the shared report window and its publication;
-- ``checkpoints``: restore the newest valid checkpoint, save one (collective);
+- ``checkpointer`` (``checkpointer.Checkpointer``): the loop registers its parts, then ``load`` / ``save``;
 - ``injector`` (``failure_injection.FailureInjector``): the kill-one-worker-once knob;
 - ``record`` (``run_record.RunRecord``): events and the outcome on the volume.
 
@@ -20,57 +20,25 @@ function, which register what a checkpoint holds.
 from __future__ import annotations
 
 import logging
-import os
 import pathlib
 import random
-import time
-from collections.abc import Callable, Mapping
-from typing import Any
 
 import numpy as np
 import torch
 
 from trainop.api import trainer_config
-from trainop_trainer import checkpoint, distributed, metrics, preempt, reporting, run_record, step_schedule
 from trainop_trainer import config as config_module
+from trainop_trainer import distributed, metrics, preempt, reporting, run_record, stateful, step_schedule
+from trainop_trainer.checkpoint_store import Checkpoint
+from trainop_trainer.checkpointer import Checkpointer
 from trainop_trainer.failure_injection import FailureInjector
 from trainop_trainer.status import StatusReporter
 
 log = logging.getLogger(__name__)
 
-RNG_FILE = "rng.pt"
-
 
 class WorkerPreempted(RuntimeError):
     """Raised on ranks that did not get the SIGTERM, so Ray Train restarts the group from the checkpoint."""
-
-
-def rng_state(device: torch.device) -> dict[str, Any]:
-    np_state: tuple[Any, ...] = tuple(np.random.get_state(legacy=True))
-    py_state = random.getstate()
-    return {
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
-        "numpy": {
-            "keys": torch.from_numpy(np.asarray(np_state[1], dtype=np.int64)),
-            "pos": int(np_state[2]),
-            "has_gauss": int(np_state[3]),
-            "cached_gaussian": float(np_state[4]),
-        },
-        "python": {"version": py_state[0], "state": list(py_state[1]), "gauss_next": py_state[2]},
-    }
-
-
-def set_rng_state(state: Mapping[str, Any], device: torch.device) -> None:
-    torch.set_rng_state(state["torch"])
-    if device.type == "cuda" and state.get("cuda") is not None:
-        torch.cuda.set_rng_state(state["cuda"], device)
-    n = state["numpy"]
-    np.random.set_state(
-        ("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"])
-    )
-    p = state["python"]
-    random.setstate((p["version"], tuple(p["state"]), p["gauss_next"]))
 
 
 def seed_everything(seed: int) -> None:
@@ -99,11 +67,9 @@ class Runtime:
             paths=self.paths, launch_id=launch.launch_id, is_rank0=ctx.is_rank0
         )
         self.status: StatusReporter | None = None
-        self.writer: checkpoint.CheckpointWriter | None = None
         self.worker_restarts = 0
         self.network_profile = self.spec.network.profile.value
         self.metrics_port: int | None = None
-        self.last_step: int | None = None  # the newest checkpoint saved or resumed from
         self._pid_file: pathlib.Path | None = None
 
     @classmethod
@@ -133,9 +99,14 @@ class Runtime:
         if ctx.is_rank0:
             self.paths.run_dir.mkdir(parents=True, exist_ok=True)
             self.status = StatusReporter.for_config(self.config, status_file=self.paths.status_file)
-            self.writer = checkpoint.CheckpointWriter(
-                self.paths.checkpoints, keep_last=spec.checkpoint.keep_last, on_saved=self._on_saved
-            )
+        self.checkpointer = Checkpointer(
+            root=self.paths.checkpoints,
+            ctx=ctx,
+            keep_last=spec.checkpoint.keep_last,
+            record=self.record,
+            on_committed=self._on_committed,
+        )
+        self.checkpointer.register(stateful.RNG, stateful.RNGState(ctx.device))
         restarts = self.record.started(attempt=self.config.attempt, world_size=ctx.world_size)
         self.worker_restarts = int(self.control.broadcast_object(restarts))
         self.metrics.worker_restarts.set(self.worker_restarts)
@@ -157,14 +128,14 @@ class Runtime:
             status=self.status,
             report_fn=self._report_fn,
             worker_restarts=self.worker_restarts,
-            last_checkpoint_step=lambda: self.last_step,
+            last_checkpoint_step=lambda: self.checkpointer.last_step,
         )
         self.injector = FailureInjector(
             at_step=self.launch.inject_failure_at_step,
             ctx=ctx,
             control=self.control,
             marker=self.paths.injected_failure_marker,
-            checkpoints=self,
+            checkpoints=self.checkpointer,
         )
         self._probe()
 
@@ -194,75 +165,7 @@ class Runtime:
                 world_size=self.ctx.world_size,
             )
 
-    # ------------------------------------------------------------------------------------- checkpoints
-    def restore(self) -> checkpoint.SavedCheckpoint | None:
-        """The newest valid checkpoint (rank 0 verifies checksums and picks; every rank gets the same)."""
-        chosen: str | None = None
-        if self.ctx.is_rank0:
-            saved = checkpoint.find_latest_valid(self.paths.checkpoints)
-            chosen = str(saved.path) if saved else None
-        chosen = self.control.broadcast_object(chosen)
-        if chosen is None:
-            log.info("no checkpoint under %s: starting from step 0", self.paths.checkpoints)
-            return None
-        path = self.paths.checkpoints / os.path.basename(chosen)
-        manifest = checkpoint.Manifest.from_json((path / checkpoint.MANIFEST).read_text())
-        saved = checkpoint.SavedCheckpoint(path=path, manifest=manifest)
-        self.last_step = saved.step
-        if saved.has(RNG_FILE):
-            states = saved.load(RNG_FILE)
-            if self.ctx.rank < len(states):
-                set_rng_state(states[self.ctx.rank], self.ctx.device)
-            else:
-                log.warning(
-                    "checkpoint has RNG states of %d ranks; rank %d is reseeded", len(states), self.ctx.rank
-                )
-        if self.ctx.is_rank0:
-            log.info("resuming from %s (step %d, epoch %d)", path, saved.step, saved.manifest.epoch)
-            self.record.resumed(step=saved.step, path=str(path))
-            self.metrics.checkpoint_last_step.set(saved.step)
-        return saved
-
-    def save(
-        self,
-        *,
-        step: int,
-        epoch: int,
-        payload_fn: Callable[[], dict[str, Any]],
-        progress: Mapping[str, int],
-        metrics_values: Mapping[str, float],
-        wait: bool,
-    ) -> None:
-        """Collective: every rank calls it at the same step. ``payload_fn`` runs on rank 0 only and must
-        return CPU snapshots (``checkpoint.to_cpu``); the write itself happens in the background unless
-        ``wait``."""
-        started = time.perf_counter()
-        rng = self.control.gather_to_rank0(rng_state(self.ctx.device))
-        if self.ctx.is_rank0:
-            assert self.writer is not None and rng is not None
-            payload = payload_fn()
-            payload[RNG_FILE] = rng
-            self.writer.submit(
-                step=step,
-                epoch=epoch,
-                world_size=self.ctx.world_size,
-                payload=payload,
-                progress=progress,
-                metrics=metrics_values,
-                started=started,
-            )
-            log.info("checkpoint step %d: %.3fs on the training thread", step, time.perf_counter() - started)
-            if wait:
-                self.writer.wait()
-        self.last_step = step
-        if wait:
-            self.control.barrier()
-
-    def wait(self) -> object:
-        """Block until the checkpoint in flight is on disk (rank 0; others have nothing in flight)."""
-        return self.writer.wait() if self.writer is not None else None
-
-    def _on_saved(self, saved: checkpoint.SavedCheckpoint, seconds: float) -> None:
+    def _on_committed(self, saved: Checkpoint, seconds: float) -> None:
         self.metrics.checkpoint_save_seconds.observe(seconds)
         self.metrics.checkpoint_last_step.set(saved.step)
         if self.status is not None:
@@ -272,8 +175,7 @@ class Runtime:
     def close(self) -> None:
         self.control.drain()
         try:
-            if self.writer is not None:
-                self.writer.close()
+            self.checkpointer.close()
         finally:
             if self.status is not None:
                 self.status.close()

@@ -10,10 +10,12 @@ side stream, fused optimizers on CUDA, ``zero_grad(set_to_none=True)``, ``no_syn
 micro-batch of a gradient-accumulation group. ``ray.train.report`` runs only at report time
 (``spec.reporting``), never per step: it is a barrier across ranks.
 
-Exact resume: the checkpoint carries model, optimizer, scheduler and scaler state, the step, the epoch,
-the number of micro-batches consumed in the epoch, and every rank's RNG states; the sampler restarts
-mid-epoch at the same index. On deterministic kernels (CPU) a resumed run is bitwise equal to an
-uninterrupted one.
+Checkpoints: the Trainer registers its parts with the runtime's ``Checkpointer`` — model, optimizer, LR
+schedule, grad scaler, train state (the step), sampler position (epoch, micro-batches consumed in it); the
+runtime registered every rank's RNG state — and saves with asynchronous staging: before it next changes
+the state (the forward pass when the model has buffers, else the optimizer step) it waits for the copy to
+finish. Exact resume: the sampler restarts mid-epoch at the same index and every rank's RNG continues; on
+deterministic kernels (CPU) a resumed run is bitwise equal to an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -29,16 +31,12 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from trainop.api import trainingjob
-from trainop_trainer import checkpoint, data, schedule
+from trainop_trainer import data, schedule, stateful
 from trainop_trainer.runtime import Runtime
 from trainop_trainer.step_schedule import Decision, Outcome
 from trainop_trainer.workloads import Batch, Workload
 
 log = logging.getLogger(__name__)
-
-MODEL_FILE = "model.pt"
-OPTIMIZER_FILE = "optimizer.pt"
-TRAIN_STATE_FILE = "train_state.pt"
 
 _AUTOCAST_DTYPES = {trainingjob.Precision.BF16: torch.bfloat16, trainingjob.Precision.FP16: torch.float16}
 
@@ -118,11 +116,48 @@ class Trainer:
         self.autocast_dtype = _AUTOCAST_DTYPES.get(precision)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=precision == trainingjob.Precision.FP16)
 
-        self.step = 0
-        self.epoch = 0
-        self.batches_in_epoch = 0
+        self.train_state = stateful.TrainState()
+        self.position = stateful.DataPosition(world_size=ctx.world_size)
         self.reports = runtime.reports
         self._window = runtime.reports.window
+        self.checkpointer = runtime.checkpointer
+        for name, part in (
+            (stateful.MODEL, stateful.ModelState(self.model)),
+            (stateful.OPTIMIZER, stateful.OptimizerState(self.model, self.optimizer)),
+            (stateful.LR_SCHEDULE, stateful.LRSchedulerState(self.scheduler)),
+            (stateful.GRAD_SCALER, stateful.GradScalerState(self.scaler)),
+            (stateful.TRAIN_STATE, self.train_state),
+            (stateful.SAMPLER, self.position),
+        ):
+            self.checkpointer.register(name, part)
+        # Buffers change in the forward pass (batch-norm statistics, DDP's buffer broadcast): a checkpoint
+        # being staged must then be copied before the next forward, else before the next optimizer step.
+        self._stage_before_forward = any(True for _ in self.model.buffers())
+
+    # The loop's counters live in the checkpointed parts.
+    @property
+    def step(self) -> int:
+        return self.train_state.step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self.train_state.step = value
+
+    @property
+    def epoch(self) -> int:
+        return self.position.epoch
+
+    @epoch.setter
+    def epoch(self, value: int) -> None:
+        self.position.epoch = value
+
+    @property
+    def batches_in_epoch(self) -> int:
+        return self.position.batches_in_epoch
+
+    @batches_in_epoch.setter
+    def batches_in_epoch(self, value: int) -> None:
+        self.position.batches_in_epoch = value
 
     # -------------------------------------------------------------------------------------------- set-up
     def _parallelize(self, model: nn.Module) -> nn.Module:
@@ -164,6 +199,8 @@ class Trainer:
 
     def train_step(self, micro_batches: list[Batch]) -> None:
         """One optimizer step over ``gradient_accumulation_steps`` micro-batches."""
+        if self._stage_before_forward:
+            self.checkpointer.wait_for_staging()
         last = len(micro_batches) - 1
         for index, (inputs, targets) in enumerate(micro_batches):
             loss = self.forward_backward_step(inputs, targets, sync_grads=index == last)
@@ -171,64 +208,28 @@ class Trainer:
         if self.hp.gradient_clip_norm is not None:
             self.scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.hp.gradient_clip_norm, foreach=True)
+        self.checkpointer.wait_for_staging()
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
 
     # ------------------------------------------------------------------------------------ checkpoints
-    def _payload(self) -> dict[str, Any]:
-        return {
-            MODEL_FILE: checkpoint.to_cpu(self.model.state_dict()),
-            OPTIMIZER_FILE: checkpoint.to_cpu(self.optimizer.state_dict()),
-            TRAIN_STATE_FILE: {
-                # The schedule itself is rebuilt from the spec (maxSteps may change between attempts).
-                "scheduler": {**self.scheduler.state_dict(), "lr_lambdas": [None]},
-                "scaler": self.scaler.state_dict(),
-                "step": self.step,
-                "epoch": self.epoch,
-                "batches_in_epoch": self.batches_in_epoch,
-                "world_size": self.ctx.world_size,
-            },
-        }
-
     def save_checkpoint(self, *, wait: bool = False) -> None:
-        self.runtime.save(
+        self.checkpointer.save(
             step=self.step,
             epoch=self.epoch,
-            payload_fn=self._payload,
             progress={
                 "batchesInEpoch": self.batches_in_epoch,
                 "samplesInEpoch": self.batches_in_epoch * self.batch_size * self.ctx.world_size,
             },
-            metrics_values={} if self.reports.last_loss is None else {"loss": self.reports.last_loss},
+            metrics={} if self.reports.last_loss is None else {"loss": self.reports.last_loss},
             wait=wait,
+            async_staging=True,
         )
 
     def restore(self) -> None:
-        saved = self.runtime.restore()
-        if saved is None:
-            return
-        self.model.load_state_dict(saved.load(MODEL_FILE))
-        self.optimizer.load_state_dict(saved.load(OPTIMIZER_FILE))
-        state = saved.load(TRAIN_STATE_FILE)
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.scaler.load_state_dict(state["scaler"])
-        self.step = int(state["step"])
-        self.epoch = int(state["epoch"])
-        batches = int(state["batches_in_epoch"])
-        saved_world = int(state.get("world_size", self.ctx.world_size))
-        if saved_world != self.ctx.world_size:
-            # Same global position, re-split over the new number of ranks.
-            batches = batches * saved_world // self.ctx.world_size
-            log.warning(
-                "world size changed %d -> %d: data order resumes approximately",
-                saved_world,
-                self.ctx.world_size,
-            )
-        self.batches_in_epoch = batches
-        if self.ctx.is_rank0:
-            self.runtime.metrics.checkpoint_last_step.set(self.step)
+        self.checkpointer.load()
 
     # --------------------------------------------------------------------------------------- reporting
     def report(self, *, to_ray: bool) -> None:
@@ -293,7 +294,7 @@ class Trainer:
         if outcome == Outcome.COMPLETED:
             if self.reports.needs_final_report(self.step):
                 self.report(to_ray=True)
-            if self.runtime.last_step != self.step:
+            if self.checkpointer.last_step != self.step:
                 self.save_checkpoint(wait=True)
         self.runtime.record.outcome(outcome.value, self.step)
         if self.ctx.is_rank0:

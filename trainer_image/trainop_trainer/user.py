@@ -2,9 +2,10 @@
 
 The function is called once per worker as ``function(ctx)`` with a ``Context`` that offers the same services
 as the built-in loop: the free-form ``spec.workload.config`` (``ctx.config``), rank / world size / device,
-``prepare_model`` (device + DDP), checkpoint ``save_checkpoint`` / ``load_checkpoint`` (same atomic,
-verified, pruned checkpoints), and ``step_done`` for metrics, progress reporting and the decisions every
-rank must take together (``checkpoint_due``, ``should_stop``). A minimal loop::
+``prepare_model`` (device + DDP), checkpoint ``save_checkpoint`` / ``load_checkpoint`` (the built-in loop's
+committed, validated, pruned checkpoints; rank 0's state is saved), and ``step_done`` for metrics,
+progress reporting and the decisions every rank must take together (``checkpoint_due``, ``should_stop``).
+A minimal loop::
 
     def train(ctx):
         model = ctx.prepare_model(MyNet())
@@ -39,11 +40,9 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from trainop.api import trainingjob
-from trainop_trainer import checkpoint, step_schedule
+from trainop_trainer import stateful, step_schedule
 from trainop_trainer.runtime import Runtime
 from trainop_trainer.step_schedule import Outcome
-
-USER_STATE_FILE = "user_state.pt"
 
 UserFunction = Callable[["Context"], Any]
 
@@ -111,6 +110,8 @@ class Context:
         self.should_stop = False
         self._decision = step_schedule.NOTHING
         self._reports = runtime.reports
+        self._user_state = stateful.UserState(is_rank0=runtime.ctx.is_rank0)
+        runtime.checkpointer.register(stateful.USER, self._user_state)
         self._epoch = 0
         runtime.schedule.reset_clocks()
         self._reports.start(0)
@@ -125,31 +126,30 @@ class Context:
 
     def load_checkpoint(self) -> Restored | None:
         """The newest valid checkpoint's state (collective), or None on a fresh start."""
-        saved = self._runtime.restore()
+        saved = self._runtime.checkpointer.load()
         if saved is None:
             return None
-        state = saved.load(USER_STATE_FILE) if saved.has(USER_STATE_FILE) else {}
+        state = self._user_state.restored or {}
+        self._user_state.restored = None
         self._epoch = saved.manifest.epoch
         self._reports.start(saved.step)
         return Restored(step=saved.step, epoch=saved.manifest.epoch, state=state)
 
     def save_checkpoint(self, state: Mapping[str, Any], *, step: int, epoch: int | None = None) -> None:
-        """Save ``state`` (tensors and plain data) as the checkpoint of ``step`` (collective). The write runs
-        in the background, except when training is stopping."""
-        epoch = self._epoch if epoch is None else epoch
-        snapshot = dict(state)
-
-        def payload() -> dict[str, Any]:
-            return {USER_STATE_FILE: checkpoint.to_cpu(snapshot)}
-
-        self._runtime.save(
-            step=step,
-            epoch=epoch,
-            payload_fn=payload,
-            progress={},
-            metrics_values={},
-            wait=self.should_stop,
-        )
+        """Save ``state`` (tensors and plain data) as the checkpoint of ``step`` (collective; rank 0's
+        ``state`` is what ``load_checkpoint`` returns). ``state`` is copied before this returns, so training
+        may change it at once; the write runs in the background, except when training is stopping."""
+        self._user_state.pending = state
+        try:
+            self._runtime.checkpointer.save(
+                step=step,
+                epoch=self._epoch if epoch is None else epoch,
+                progress={},
+                metrics={},
+                wait=self.should_stop,
+            )
+        finally:
+            self._user_state.pending = None
         self.checkpoint_due = False
         self._runtime.injector.after_step(step, checkpointed_now=True)
 
