@@ -51,6 +51,8 @@ def mlp_config(
     metrics_port: int | None = None,
     probe: bool = False,
     workload: dict[str, Any] | None = None,
+    parallelism: dict[str, Any] | None = None,
+    precision: str = "fp32",
 ) -> trainer_config.TrainerConfig:
     """A small deterministic CPU job: the MLP on synthetic data, fp32, gloo."""
     spec: dict[str, Any] = {
@@ -69,7 +71,8 @@ def mlp_config(
             "gradientClipNorm": 1.0,
             "seed": 11,
         },
-        "precision": "fp32",
+        "precision": precision,
+        "parallelism": parallelism or {},
         "workers": {"replicas": workers, "gpusPerWorker": 0, "cpusPerWorker": 1},
         "checkpoint": {"intervalSteps": interval_steps, "intervalMinutes": interval_minutes, "keepLast": 20},
         "failurePolicy": {"maxWorkerFailures": max_worker_failures},
@@ -84,6 +87,13 @@ def mlp_config(
         {"jobName": name, "runName": name, "storagePath": str(storage), "attempt": 1, "spec": spec},
         by_alias=True,
     )
+
+
+def with_spec(config: trainer_config.TrainerConfig, **fields: Any) -> trainer_config.TrainerConfig:
+    """``config`` with top-level spec fields replaced (by their wire names), validated again."""
+    data = config.model_dump(mode="json", by_alias=True)
+    data["spec"].update(fields)
+    return trainer_config.TrainerConfig.model_validate(data, by_alias=True)
 
 
 def run_dir(config: trainer_config.TrainerConfig) -> pathlib.Path:

@@ -1,14 +1,14 @@
 """The built-in train loop: a ``Trainer`` with ``forward_backward_step``, ``train_step`` and ``train``.
 
-Parallelism is applied in one place (``_parallelize``): move to the device, channels_last for CNNs, DDP
-(gloo on CPU, NCCL on GPU), then ``torch.compile`` of the DDP module when ``spec.compile`` is set (so
-DDP's graph splitting keeps gradient all-reduce overlapped with backward).
+Parallelism is applied in one place, ``parallelize.apply``: device, activation checkpointing,
+``torch.compile``, then DDP or FSDP2 (``spec.parallelism``).
 
 The hot loop stays lean: no host-device synchronisation per step (the loss is accumulated on the device
 and read only at report time), non-blocking copies from pinned memory with the next batch prefetched on a
-side stream, fused optimizers on CUDA, ``zero_grad(set_to_none=True)``, ``no_sync`` for all but the last
-micro-batch of a gradient-accumulation group. ``ray.train.report`` runs only at report time
-(``spec.reporting``), never per step: it is a barrier across ranks.
+side stream, fused optimizers on CUDA, ``zero_grad(set_to_none=True)``, no gradient reduction for all but
+the last micro-batch of a gradient-accumulation group (DDP's ``no_sync``, FSDP2's
+``set_requires_gradient_sync``). ``ray.train.report`` runs only at report time (``spec.reporting``), never
+per step: it is a barrier across ranks.
 
 Checkpoints: the Trainer registers its parts with the runtime's ``Checkpointer`` — model, optimizer, LR
 schedule, grad scaler, train state (the step), sampler position (epoch, micro-batches consumed in it); the
@@ -28,24 +28,22 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 
 from trainop.api import trainingjob
-from trainop_trainer import data, schedule, stateful
+from trainop_trainer import data, parallelize, schedule, stateful
 from trainop_trainer.runtime import Runtime
 from trainop_trainer.step_schedule import Decision, Outcome
 from trainop_trainer.workloads import Batch, Workload
 
 log = logging.getLogger(__name__)
 
-_AUTOCAST_DTYPES = {trainingjob.Precision.BF16: torch.bfloat16, trainingjob.Precision.FP16: torch.float16}
-
 
 def build_optimizer(
-    model: nn.Module, hp: trainingjob.Hyperparameters, device: torch.device
+    model: nn.Module, hp: trainingjob.Hyperparameters, device: torch.device, *, cpu_offload: bool = False
 ) -> torch.optim.Optimizer:
     params = [p for p in model.parameters() if p.requires_grad]
-    fused = device.type == "cuda"
+    # Fused kernels on GPUs; with FSDP's CPU offload the parameters the optimizer updates are on the CPU.
+    fused = device.type == "cuda" and not cpu_offload
     if hp.optimizer == trainingjob.OptimizerName.SGD:
         return torch.optim.SGD(
             params,
@@ -81,9 +79,14 @@ class Trainer:
         self.accum = self.hp.gradient_accumulation_steps
         self.batch_size = self.hp.batch_size_per_worker
 
-        self.model = workload.model  # unwrapped: checkpoints hold its state dict
-        self.train_model = self._parallelize(workload.model)
-        self.optimizer = build_optimizer(self.model, self.hp, self.device)
+        self.parallel = parallelize.apply(
+            workload.model, blocks=workload.blocks, spec=spec, ctx=ctx, channels_last=workload.channels_last
+        )
+        self.model = self.parallel.model  # what the optimizer and the checkpoints see
+        self.train_model = self.parallel.train_model
+        self.optimizer = build_optimizer(
+            self.model, self.hp, self.device, cpu_offload=self.parallel.cpu_offload
+        )
 
         self.sampler = data.ResumableDistributedSampler(
             workload.dataset, num_replicas=ctx.world_size, rank=ctx.rank, seed=self.hp.seed
@@ -112,9 +115,10 @@ class Trainer:
             min_lr_ratio=self.hp.schedule.min_lr_ratio,
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.schedule)
-        precision = spec.precision
-        self.autocast_dtype = _AUTOCAST_DTYPES.get(precision)
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=precision == trainingjob.Precision.FP16)
+        self.autocast_dtype = self.parallel.autocast_dtype
+        self.scaler = torch.amp.GradScaler(
+            self.device.type, enabled=spec.precision == trainingjob.Precision.FP16
+        )
 
         self.train_state = stateful.TrainState()
         self.position = stateful.DataPosition(world_size=ctx.world_size)
@@ -160,25 +164,6 @@ class Trainer:
         self.position.batches_in_epoch = value
 
     # -------------------------------------------------------------------------------------------- set-up
-    def _parallelize(self, model: nn.Module) -> nn.Module:
-        model.to(self.device)
-        if self.workload.channels_last:
-            model.to(memory_format=torch.channels_last)
-        ddp_kwargs: dict[str, Any] = {"gradient_as_bucket_view": True}
-        if self.device.type == "cuda":
-            ddp_kwargs["device_ids"] = [self.device.index]
-        parallel: nn.Module = DistributedDataParallel(model, **ddp_kwargs)
-        if self.spec.compile:
-            parallel = torch.compile(parallel)  # type: ignore[assignment]
-        return parallel
-
-    @property
-    def _ddp(self) -> DistributedDataParallel:
-        module = self.train_model
-        inner = getattr(module, "_orig_mod", module)
-        assert isinstance(inner, DistributedDataParallel)
-        return inner
-
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
@@ -189,8 +174,7 @@ class Trainer:
         self, inputs: torch.Tensor, targets: torch.Tensor, *, sync_grads: bool
     ) -> torch.Tensor:
         """Forward and backward of one micro-batch; returns the (detached) unscaled loss."""
-        sync = contextlib.nullcontext() if sync_grads else self._ddp.no_sync()
-        with sync:
+        with self.parallel.gradient_sync(sync_grads):
             with self._autocast():
                 outputs = self.train_model(inputs)
                 loss = self.workload.loss_fn(outputs, targets)

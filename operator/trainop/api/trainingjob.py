@@ -98,6 +98,17 @@ class NetworkProfile(enum.StrEnum):
     TCP = "tcp"
 
 
+class ParallelismStrategy(enum.StrEnum):
+    DDP = "ddp"  # every rank holds the whole model; gradients are all-reduced (DistributedDataParallel)
+    FSDP = "fsdp"  # parameters, gradients and optimizer state sharded over every rank (FSDP2 fully_shard)
+    HSDP = "hsdp"  # sharded over the GPUs of each worker pod, replicated across pods (FSDP2 on a 2-D mesh)
+
+
+class ActivationCheckpointingMode(enum.StrEnum):
+    NONE = "none"
+    BLOCKS = "blocks"  # recompute the activations of the model's repeated blocks in the backward pass
+
+
 class AccessMode(enum.StrEnum):
     READ_WRITE_ONCE = "ReadWriteOnce"
     READ_WRITE_MANY = "ReadWriteMany"
@@ -334,6 +345,59 @@ class FailurePolicy(base.ApiModel):
     )
 
 
+class ActivationCheckpointing(base.ApiModel):
+    """Trade compute for memory: activations of the chosen blocks are recomputed in the backward pass."""
+
+    mode: ActivationCheckpointingMode = ActivationCheckpointingMode.NONE
+    every: Annotated[int, pydantic.Field(ge=1, le=64)] = pydantic.Field(
+        default=1,
+        description="With mode blocks: checkpoint every n-th block (1: every block; 2: every other one).",
+    )
+
+
+class Parallelism(base.ApiModel):
+    """How the model is spread over the workers (docs/trainer.md, "Parallelism", says when to choose which)."""
+
+    model_config = pydantic.ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.cpuOffload) || !self.cpuOffload "
+                    "|| (has(self.strategy) && self.strategy != 'ddp')",
+                    "message": "parallelism.cpuOffload offloads FSDP's shards: set parallelism.strategy to fsdp "
+                    "or hsdp, or remove cpuOffload",
+                }
+            ]
+        }
+    )
+
+    strategy: ParallelismStrategy = pydantic.Field(
+        default=ParallelismStrategy.DDP,
+        description="ddp (whole model on every GPU), fsdp (sharded over all GPUs, FSDP2) or hsdp (sharded "
+        "within each worker pod, replicated across pods).",
+    )
+    reshard_after_forward: bool = pydantic.Field(
+        default=True,
+        description="fsdp/hsdp: free the gathered parameters after the forward pass and gather them again for "
+        "the backward pass (less memory); false keeps them until the backward pass (less communication).",
+    )
+    cpu_offload: bool = pydantic.Field(
+        default=False,
+        description="fsdp/hsdp on GPUs: keep the sharded parameters, gradients and optimizer state in host "
+        "memory (the optimizer step runs on the CPU): for models whose state does not fit the GPUs.",
+    )
+    activation_checkpointing: ActivationCheckpointing = pydantic.Field(default_factory=ActivationCheckpointing)
+
+    @pydantic.model_validator(mode="after")
+    def _offload_needs_sharding(self) -> Parallelism:
+        if self.cpu_offload and self.strategy == ParallelismStrategy.DDP:
+            raise ValueError(
+                "parallelism.cpuOffload offloads FSDP's shards: set parallelism.strategy to fsdp or hsdp, or "
+                "remove cpuOffload"
+            )
+        return self
+
+
 class Network(base.ApiModel):
     profile: NetworkProfile = NetworkProfile.AUTO
     nccl_env: dict[Annotated[str, pydantic.Field(pattern=NCCL_ENV_KEY_PATTERN)], str] = pydantic.Field(
@@ -360,6 +424,7 @@ class TrainingJobSpec(base.ApiModel):
     hyperparameters: Hyperparameters
     precision: Precision = Precision.BF16
     compile: bool = pydantic.Field(default=False, description="Wrap the model in torch.compile.")
+    parallelism: Parallelism = pydantic.Field(default_factory=Parallelism)
     workers: Workers = pydantic.Field(default_factory=Workers)
     checkpoint: Checkpoint = pydantic.Field(default_factory=Checkpoint)
     failure_policy: FailurePolicy = pydantic.Field(default_factory=FailurePolicy)
@@ -373,6 +438,21 @@ class TrainingJobSpec(base.ApiModel):
     def _precision_fits_device(self) -> TrainingJobSpec:
         if self.workers.gpus_per_worker == 0 and self.precision == Precision.FP16:
             raise ValueError("precision fp16 needs GPUs: set workers.gpusPerWorker >= 1 or use bf16/fp32")
+        return self
+
+    @pydantic.model_validator(mode="after")
+    def _sharding_fits_precision_and_device(self) -> TrainingJobSpec:
+        sharded = self.parallelism.strategy != ParallelismStrategy.DDP
+        if sharded and self.precision == Precision.FP16:
+            raise ValueError(
+                f"precision fp16 is not supported with parallelism.strategy {self.parallelism.strategy.value} "
+                "(its loss scaling is per rank, and sharded gradients need one decision for all): use bf16"
+            )
+        if self.parallelism.cpu_offload and self.workers.gpus_per_worker == 0:
+            raise ValueError(
+                "parallelism.cpuOffload moves sharded state from the GPUs to host memory: set "
+                "workers.gpusPerWorker >= 1 or remove cpuOffload"
+            )
         return self
 
     @pydantic.model_validator(mode="after")

@@ -33,6 +33,9 @@ class Workload:
     # Moves a CPU batch to the device (non-blocking) and finishes preprocessing there.
     to_device: Callable[[Batch, torch.device], Batch]
     channels_last: bool = False
+    # Names of the repeated blocks (transformer layers, residual blocks): the units FSDP shards, activation
+    # checkpointing recomputes and compile compiles one by one (parallelize.py).
+    blocks: tuple[str, ...] = ()
 
 
 def classification_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -113,13 +116,15 @@ def build(spec: trainingjob.TrainingJobSpec) -> Workload:
     # Parameters are initialised from the job's seed, identically on every rank and every attempt.
     torch.manual_seed(seed)
     if model_name in (trainingjob.BuiltinModel.RESNET18, trainingjob.BuiltinModel.RESNET50):
+        resnet_model = models.resnet(model_name.value, num_classes=ds.num_classes)
         return Workload(
             name=model_name.value,
-            model=models.resnet(model_name.value, num_classes=ds.num_classes),
+            model=resnet_model,
             dataset=_images(spec, seed),
             loss_fn=classification_loss,
             to_device=ImageToDevice(channels_last=True),
             channels_last=True,
+            blocks=models.block_names(model_name.value, resnet_model),
         )
     if model_name in (trainingjob.BuiltinModel.GPT_SMALL, trainingjob.BuiltinModel.GPT_TINY):
         gpt = models.gpt(model_name.value, block_size=ds.sequence_length, config=workload.config)
@@ -129,6 +134,7 @@ def build(spec: trainingjob.TrainingJobSpec) -> Workload:
             dataset=_tokens(spec, seed, gpt.config.vocab_size),
             loss_fn=language_model_loss,
             to_device=plain_to_device,
+            blocks=models.block_names(model_name.value, gpt),
         )
     if ds.kind != trainingjob.DatasetKind.SYNTHETIC:
         raise ValueError("model mlp trains on spec.workload.dataset.kind synthetic only")
@@ -142,4 +148,5 @@ def build(spec: trainingjob.TrainingJobSpec) -> Workload:
         ),
         loss_fn=classification_loss,
         to_device=plain_to_device,
+        blocks=models.block_names(model_name.value, mlp),
     )

@@ -162,6 +162,21 @@ def mlp(*, num_classes: int, config: dict[str, Any]) -> MLP:
     )
 
 
+def block_names(name: str, model: nn.Module) -> tuple[str, ...]:
+    """The repeated blocks of a built-in model, by module name (see ``Workload.blocks``)."""
+    if isinstance(model, GPT):
+        return tuple(f"blocks.{i}" for i in range(len(model.blocks)))
+    if isinstance(model, MLP):
+        return tuple(f"net.{i}" for i, layer in enumerate(model.net) if isinstance(layer, nn.Linear))
+    if name.startswith("resnet"):
+        return tuple(
+            f"{stage}.{i}"
+            for stage in ("layer1", "layer2", "layer3", "layer4")
+            for i in range(len(getattr(model, stage)))
+        )
+    return ()
+
+
 def resnet(name: str, *, num_classes: int) -> nn.Module:
     import torchvision
 
