@@ -60,7 +60,11 @@ class BuiltinModel(enum.StrEnum):
     RESNET18 = "resnet18"
     RESNET50 = "resnet50"
     GPT_SMALL = "gpt-small"  # GPT-2 small shape, ~124M parameters
+    GPT_MEDIUM = "gpt-medium"  # GPT-3 Medium shape, ~354M parameters
+    GPT_XL = "gpt-xl"  # GPT-3 XL shape, ~1.3B parameters
     GPT_TINY = "gpt-tiny"  # a few layers: CPU tests and the demo
+    BERT_BASE = "bert-base"  # BERT-base shape, masked-LM on tokens, ~110M parameters
+    VIT_B16 = "vit-b16"  # torchvision ViT-B/16, ~86M parameters
     MLP = "mlp"  # a small multilayer perceptron: the CPU demo and exact-resume tests
 
 
@@ -356,7 +360,7 @@ class ActivationCheckpointing(base.ApiModel):
 
 
 class Parallelism(base.ApiModel):
-    """How the model is spread over the workers (docs/trainer.md, "Parallelism", says when to choose which)."""
+    """How the model is spread over the workers (docs/trainer.md, "Parallelism": when to choose which)."""
 
     model_config = pydantic.ConfigDict(
         json_schema_extra={
@@ -364,8 +368,8 @@ class Parallelism(base.ApiModel):
                 {
                     "rule": "!has(self.cpuOffload) || !self.cpuOffload "
                     "|| (has(self.strategy) && self.strategy != 'ddp')",
-                    "message": "parallelism.cpuOffload offloads FSDP's shards: set parallelism.strategy to fsdp "
-                    "or hsdp, or remove cpuOffload",
+                    "message": "parallelism.cpuOffload offloads FSDP's shards: set parallelism.strategy to "
+                    "fsdp or hsdp, or remove cpuOffload",
                 }
             ]
         }
@@ -378,15 +382,17 @@ class Parallelism(base.ApiModel):
     )
     reshard_after_forward: bool = pydantic.Field(
         default=True,
-        description="fsdp/hsdp: free the gathered parameters after the forward pass and gather them again for "
-        "the backward pass (less memory); false keeps them until the backward pass (less communication).",
+        description="fsdp/hsdp: free the gathered parameters after the forward pass and gather them again "
+        "for the backward pass (less memory); false keeps them until the backward pass (less communication).",
     )
     cpu_offload: bool = pydantic.Field(
         default=False,
         description="fsdp/hsdp on GPUs: keep the sharded parameters, gradients and optimizer state in host "
         "memory (the optimizer step runs on the CPU): for models whose state does not fit the GPUs.",
     )
-    activation_checkpointing: ActivationCheckpointing = pydantic.Field(default_factory=ActivationCheckpointing)
+    activation_checkpointing: ActivationCheckpointing = pydantic.Field(
+        default_factory=ActivationCheckpointing
+    )
 
     @pydantic.model_validator(mode="after")
     def _offload_needs_sharding(self) -> Parallelism:
@@ -445,8 +451,9 @@ class TrainingJobSpec(base.ApiModel):
         sharded = self.parallelism.strategy != ParallelismStrategy.DDP
         if sharded and self.precision == Precision.FP16:
             raise ValueError(
-                f"precision fp16 is not supported with parallelism.strategy {self.parallelism.strategy.value} "
-                "(its loss scaling is per rank, and sharded gradients need one decision for all): use bf16"
+                "precision fp16 is not supported with parallelism.strategy "
+                f"{self.parallelism.strategy.value} (its loss scaling is per rank, and sharded gradients "
+                "need one decision for all): use bf16"
             )
         if self.parallelism.cpu_offload and self.workers.gpus_per_worker == 0:
             raise ValueError(
