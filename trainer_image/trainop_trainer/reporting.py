@@ -126,6 +126,7 @@ class ProgressReports:
         self._ray_reported_step: int | None = None
         self._last_step_time = time.perf_counter()
         self.last_step = 0
+        self.batch_size_per_worker: int | None = None  # for status, when the loop knows it
 
     def start(self, step: int) -> None:
         """Training (re)starts at ``step``: a fresh window and step timer."""
@@ -159,6 +160,7 @@ class ProgressReports:
         epoch: int,
         to_ray: bool,
         extra: Mapping[str, float] | None = None,
+        learning_rate: float | None = None,
     ) -> None:
         """Collective (every rank, same step): close the window and publish it."""
         stats = self.window.close(step=step, total_steps=total_steps)
@@ -188,6 +190,8 @@ class ProgressReports:
                 samples_per_second=None if sps is None else round(sps, 2),
                 eta_seconds=None if stats.eta_seconds is None else round(stats.eta_seconds, 1),
                 worker_restarts=self._worker_restarts,
+                batch_size_per_worker=self.batch_size_per_worker,
+                learning_rate=learning_rate,
             )
         if self._report_fn is not None and to_ray:
             values: dict[str, Any] = {"step": step, "epoch": epoch}

@@ -214,6 +214,8 @@ class StatusReporter:
         samples_per_second: float | None,
         eta_seconds: float | None,
         worker_restarts: int,
+        batch_size_per_worker: int | None = None,
+        learning_rate: float | None = None,
     ) -> None:
         percent = round(100.0 * step / total_steps, 2) if total_steps else None
         record = trainingjob.Progress(
@@ -225,6 +227,8 @@ class StatusReporter:
             percent=percent,
             eta_seconds=eta_seconds,
             worker_restarts=worker_restarts,
+            batch_size_per_worker=batch_size_per_worker,
+            learning_rate=learning_rate,
             updated=run_record.utc_now(),
         )
         self._publish({"progress": record.to_wire()})

@@ -28,9 +28,10 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.data import default_collate
 
 from trainop.api import trainingjob
-from trainop_trainer import data, parallelize, schedule, stateful
+from trainop_trainer import batch_finder, data, parallelize, schedule, stateful
 from trainop_trainer.runtime import Runtime
 from trainop_trainer.step_schedule import Decision, Outcome
 from trainop_trainer.workloads import Batch, Workload
@@ -77,7 +78,6 @@ class Trainer:
         self.ctx = ctx
         self.device = ctx.device
         self.accum = self.hp.gradient_accumulation_steps
-        self.batch_size = self.hp.batch_size_per_worker
 
         self.parallel = parallelize.apply(
             workload.model, blocks=workload.blocks, spec=spec, ctx=ctx, channels_last=workload.channels_last
@@ -88,9 +88,15 @@ class Trainer:
             self.model, self.hp, self.device, cpu_offload=self.parallel.cpu_offload
         )
 
+        self.autocast_dtype = self.parallel.autocast_dtype
+        self.scaler = torch.amp.GradScaler(
+            self.device.type, enabled=spec.precision == trainingjob.Precision.FP16
+        )
+
         self.sampler = data.ResumableDistributedSampler(
             workload.dataset, num_replicas=ctx.world_size, rank=ctx.rank, seed=self.hp.seed
         )
+        self.batch_size = self._choose_batch_size()
         self.loader = data.make_loader(
             workload.dataset,
             self.sampler,
@@ -115,14 +121,11 @@ class Trainer:
             min_lr_ratio=self.hp.schedule.min_lr_ratio,
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.schedule)
-        self.autocast_dtype = self.parallel.autocast_dtype
-        self.scaler = torch.amp.GradScaler(
-            self.device.type, enabled=spec.precision == trainingjob.Precision.FP16
-        )
 
         self.train_state = stateful.TrainState()
         self.position = stateful.DataPosition(world_size=ctx.world_size)
         self.reports = runtime.reports
+        self.reports.batch_size_per_worker = self.batch_size
         self._window = runtime.reports.window
         self.checkpointer = runtime.checkpointer
         for name, part in (
@@ -164,6 +167,88 @@ class Trainer:
         self.position.batches_in_epoch = value
 
     # -------------------------------------------------------------------------------------------- set-up
+    def _choose_batch_size(self) -> int:
+        """``batchSizePerWorker``, or with ``auto`` the finder's choice (``batch_finder``), which also sets
+        the optimizer's base learning rate by the job's rule. Collective."""
+        hp = self.hp
+        if hp.batch_size_per_worker != trainingjob.AUTO:
+            return int(hp.batch_size_per_worker)
+        runtime, ctx = self.runtime, self.ctx
+        path = runtime.paths.batch_size_file
+        earlier = batch_finder.read_choice(path) if ctx.is_rank0 else None
+        choice: batch_finder.Choice | None = runtime.control.broadcast_object(earlier)
+        if choice is None:
+            choice = self._find_batch_size()
+            if ctx.is_rank0:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(choice.to_json())
+        if ctx.is_rank0:
+            batch_finder.log_choice(choice, reused=earlier is not None)
+        for group in self.optimizer.param_groups:
+            group["lr"] = choice.learning_rate
+        return choice.batch_size
+
+    def _find_batch_size(self) -> batch_finder.Choice:
+        search = self.hp.batch_size_search
+        control = self.runtime.control
+        gauge: batch_finder.CudaGauge | batch_finder.CpuGauge
+        if self.device.type == "cuda":
+            gauge = batch_finder.CudaGauge(self.device, headroom=search.memory_headroom)
+        else:
+            memory = batch_finder.quantity_bytes(self.spec.workers.memory_per_worker)
+            gauge = batch_finder.CpuGauge(memory_bytes=memory, processes=1, headroom=search.memory_headroom)
+        budget = int(-control.all_reduce_max(-float(gauge.budget)))  # the smallest budget of all ranks
+        ddp = self.parallel.strategy == trainingjob.ParallelismStrategy.DDP
+        restore = batch_finder.probe_state(model=self.model, optimizer=self.optimizer)
+        self.train_model.train()
+
+        def measure(batch_size: int) -> int | None:
+            inputs, targets = self._probe_batch(batch_size)
+            gauge.reset()
+            peak: int | None
+            try:
+                # DDP: no collective inside a probe (no_sync); FSDP: its collectives are part of the step.
+                self.forward_backward_step(inputs, targets, sync_grads=not ddp)
+                self.optimizer.step()  # learning rate 0: allocates the optimizer state, changes nothing
+                self.optimizer.zero_grad(set_to_none=True)
+                peak = gauge.peak()
+            except (RuntimeError, torch.OutOfMemoryError) as exc:
+                if not batch_finder.is_out_of_memory(exc):
+                    raise
+                self.optimizer.zero_grad(set_to_none=True)
+                peak = None
+            del inputs, targets
+            worst = control.all_reduce_max(float("inf") if peak is None else float(peak))
+            return None if worst == float("inf") else int(worst)
+
+        # A batch can only be as large as one rank's share of an epoch allows (one full optimizer step).
+        largest = min(search.max_batch_size, self.sampler.num_samples // self.accum)
+        try:
+            batch_size, probes = batch_finder.search(
+                measure, budget=budget, multiple_of=search.multiple_of, max_batch=largest, verify_next=ddp
+            )
+        finally:
+            restore()
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            if self.spec.compile:
+                torch._dynamo.reset()  # probing compiled for several shapes; train with the chosen one
+        return batch_finder.Choice(
+            batch_size=batch_size,
+            learning_rate=batch_finder.learning_rate_for(self.hp, batch_size),
+            budget_bytes=budget,
+            probes=tuple(probes),
+        )
+
+    def _probe_batch(self, batch_size: int) -> Batch:
+        dataset = self.workload.dataset
+        indices = [i % len(dataset) for i in range(batch_size)]  # type: ignore[arg-type]
+        getitems = getattr(dataset, "__getitems__", None)
+        cpu_batch = (
+            getitems(indices) if callable(getitems) else default_collate([dataset[i] for i in indices])
+        )
+        return self.workload.to_device(cpu_batch, self.device)
+
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
@@ -217,7 +302,13 @@ class Trainer:
 
     # --------------------------------------------------------------------------------------- reporting
     def report(self, *, to_ray: bool) -> None:
-        self.reports.report(step=self.step, total_steps=self.total_steps, epoch=self.epoch, to_ray=to_ray)
+        self.reports.report(
+            step=self.step,
+            total_steps=self.total_steps,
+            epoch=self.epoch,
+            to_ray=to_ray,
+            learning_rate=float(self.optimizer.param_groups[0]["lr"]),
+        )
 
     # ------------------------------------------------------------------------------------------- loop
     def _epoch_batches(self) -> Iterator[list[Batch]]:

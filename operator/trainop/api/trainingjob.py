@@ -183,6 +183,40 @@ class Schedule(base.ApiModel):
     min_lr_ratio: Annotated[float, pydantic.Field(ge=0.0, le=1.0)] = 0.0
 
 
+class LearningRateRule(enum.StrEnum):
+    CONSTANT = "constant"  # learningRate as given, whatever batch the finder chose
+    LINEAR = "linear"  # learningRate x batch / referenceBatchSize (Goyal et al., SGD)
+    SQRT = "sqrt"  # learningRate x sqrt(batch / referenceBatchSize) (Adam-family optimizers)
+
+
+AUTO = "auto"
+
+
+class BatchSizeSearch(base.ApiModel):
+    """With ``batchSizePerWorker: auto``: how the trainer finds the batch (docs/trainer.md, "Batch-size
+    finder")."""
+
+    max_batch_size: Annotated[int, pydantic.Field(ge=1, le=65536)] = pydantic.Field(
+        default=4096, description="The largest per-worker batch the finder considers."
+    )
+    multiple_of: Annotated[int, pydantic.Field(ge=1, le=4096)] = pydantic.Field(
+        default=1, description="The batch is a multiple of this (the finder's resolution)."
+    )
+    memory_headroom: Annotated[float, pydantic.Field(ge=0.0, le=0.5)] = pydantic.Field(
+        default=0.0,
+        description="Fraction of the accelerator memory the chosen batch leaves unused (0: the largest batch "
+        "whose measured training step fits).",
+    )
+    learning_rate_rule: LearningRateRule = pydantic.Field(
+        default=LearningRateRule.CONSTANT,
+        description="How learningRate follows the chosen batch: constant, linear or sqrt in "
+        "batch / referenceBatchSize.",
+    )
+    reference_batch_size: Annotated[int, pydantic.Field(ge=1, le=65536)] = pydantic.Field(
+        default=32, description="The per-worker batch that learningRate was chosen for."
+    )
+
+
 class Hyperparameters(base.ApiModel):
     model_config = pydantic.ConfigDict(
         json_schema_extra={
@@ -199,7 +233,20 @@ class Hyperparameters(base.ApiModel):
     max_steps: Annotated[int, pydantic.Field(ge=1)] | None = pydantic.Field(
         default=None, description="Optimizer steps in total; ends training before epochs if both are set."
     )
-    batch_size_per_worker: Annotated[int, pydantic.Field(ge=1, le=65536)] = 32
+    batch_size_per_worker: Annotated[int, pydantic.Field(ge=1, le=65536)] | Literal["auto"] = pydantic.Field(
+        default=32,
+        description="Samples per worker and micro-batch, or auto: the largest batch whose training step fits "
+        "the accelerator's memory, found before training (see batchSizeSearch).",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "type(self) == int ? (self >= 1 && self <= 65536) : self == 'auto'",
+                    "message": "batchSizePerWorker must be an integer from 1 to 65536, or auto",
+                }
+            ]
+        },
+    )
+    batch_size_search: BatchSizeSearch = pydantic.Field(default_factory=BatchSizeSearch)
     learning_rate: Annotated[float, pydantic.Field(gt=0.0, le=10.0)] = 0.1
     optimizer: OptimizerName = OptimizerName.SGD
     momentum: Annotated[float, pydantic.Field(ge=0.0, lt=1.0)] = 0.9
@@ -209,6 +256,14 @@ class Hyperparameters(base.ApiModel):
     gradient_clip_norm: Annotated[float, pydantic.Field(gt=0.0)] | None = None
     # NumPy's and Ray Tune's generators take seeds below 2^32 (the trainer seeds seed + rank).
     seed: Annotated[int, pydantic.Field(ge=0, le=MAX_SEED)] = 0
+
+    @pydantic.field_validator("batch_size_per_worker", mode="before")
+    @classmethod
+    def _integer_or_auto(cls, value: Any) -> Any:
+        # One message for both arms of the union (pydantic would report each arm's complaint).
+        if value == AUTO or (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65536):
+            return value
+        raise ValueError("must be an integer from 1 to 65536, or auto")
 
     @pydantic.model_validator(mode="after")
     def _has_end(self) -> Hyperparameters:
@@ -447,6 +502,15 @@ class TrainingJobSpec(base.ApiModel):
         return self
 
     @pydantic.model_validator(mode="after")
+    def _auto_batch_needs_a_builtin_model(self) -> TrainingJobSpec:
+        if self.hyperparameters.batch_size_per_worker == AUTO and self.workload.entrypoint is not None:
+            raise ValueError(
+                "hyperparameters.batchSizePerWorker auto probes a built-in model's training step; a user "
+                "entrypoint chooses its own batch: set an integer batchSizePerWorker"
+            )
+        return self
+
+    @pydantic.model_validator(mode="after")
     def _sharding_fits_precision_and_device(self) -> TrainingJobSpec:
         sharded = self.parallelism.strategy != ParallelismStrategy.DDP
         if sharded and self.precision == Precision.FP16:
@@ -510,6 +574,13 @@ class Progress(base.ApiModel):
     percent: float | None = None
     eta_seconds: float | None = None
     worker_restarts: int = pydantic.Field(default=0, description="Worker-group restarts inside this attempt.")
+    batch_size_per_worker: int | None = pydantic.Field(
+        default=None,
+        description="The batch each worker trains with (with batchSizePerWorker auto: the finder's choice).",
+    )
+    learning_rate: float | None = pydantic.Field(
+        default=None, description="The learning rate of the last step (schedule and batch rule applied)."
+    )
     updated: str | None = None
 
 
