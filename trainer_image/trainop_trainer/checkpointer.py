@@ -145,11 +145,13 @@ class Checkpointer:
         if key:
             # The staging stream copies while the training stream runs on: it must first see this step's
             # optimizer update, which may still be queued on the training stream.
+            # (DefaultStager keeps its stream private; without it, wait for the training stream instead.)
+            training_stream = torch.cuda.current_stream(self._ctx.device)
             staging_stream = getattr(stager, "_staging_stream", None)
-            if staging_stream is not None:
-                staging_stream.wait_stream(torch.cuda.current_stream(self._ctx.device))
-            else:
-                torch.cuda.current_stream(self._ctx.device).synchronize()
+            try:
+                staging_stream.wait_stream(training_stream)  # type: ignore[union-attr]
+            except (AttributeError, TypeError):
+                training_stream.synchronize()
         return stager
 
     def save(
