@@ -48,8 +48,8 @@ def spec_for(steps: int, *, interval_minutes: float) -> dict[str, Any]:
 
 def run(ctx: Any, storage: str, steps: int, interval_minutes: float) -> dict[str, float]:
     from trainop.api import trainer_config
+    from trainop_trainer import checkpoint_store, metrics, workloads
     from trainop_trainer import config as config_module
-    from trainop_trainer import metrics, workloads
     from trainop_trainer.runtime import Runtime
     from trainop_trainer.trainer import Trainer
 
@@ -92,8 +92,9 @@ def run(ctx: Any, storage: str, steps: int, interval_minutes: float) -> dict[str
     def sample(name: str) -> float:
         return float(metrics.REGISTRY.get_sample_value(name, labels) or 0.0)
 
-    ckpts = sorted((pathlib.Path(storage) / job / "checkpoints").glob("step_*"))
-    size = sum(f.stat().st_size for f in ckpts[-1].iterdir()) if ckpts else 0
+    store = checkpoint_store.CheckpointStore(pathlib.Path(storage) / job / "checkpoints")
+    newest = store.committed_steps()[:1]
+    size = sum(f.stat().st_size for f in store.step_path(newest[0]).iterdir()) if newest else 0
     # The last stall is the final checkpoint after the loop (not part of the loop time).
     writes = sample("trainop_trainer_checkpoint_save_seconds_count")
     return {

@@ -164,7 +164,8 @@ class CheckpointStore:
             old = self.root / f".old-{path.name}-{uuid.uuid4().hex[:12]}"
             path.rename(old)
             shutil.rmtree(old, ignore_errors=True)
-        path.mkdir()
+        # Other ranks' DCP writers may create the directory too (before any of them writes data).
+        path.mkdir(exist_ok=True)
         tmp = path / (MANIFEST + ".tmp")
         tmp.write_text(manifest.to_json())
         tmp.rename(path / MANIFEST)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import inspect
 import io
 import logging
 import pathlib
@@ -53,6 +54,9 @@ try:  # PyTorch >= 2.9: staging with pinned memory on a side stream
 except ImportError:  # pragma: no cover - older PyTorch stages with a blocking copy inside async_save
     DefaultStager = None  # type: ignore[assignment,misc]
     StagingOptions = None  # type: ignore[assignment,misc]
+
+# dcp.async_save(async_stager=...) came with DefaultStager; without it, async_save stages by a plain copy.
+_TAKES_STAGER = DefaultStager is not None and "async_stager" in inspect.signature(dcp_async_save).parameters
 
 OnCommitted = Callable[[Checkpoint, float], None]
 # DCP reports a failure on any rank as CheckpointException, a BaseException (so that it is not swallowed).
@@ -119,7 +123,7 @@ class Checkpointer:
         return state
 
     def _stager(self, async_staging: bool) -> Any:
-        if DefaultStager is None:
+        if not _TAKES_STAGER:
             return None
         on_cuda = self._ctx.device.type == "cuda"
         key = on_cuda and async_staging
@@ -180,13 +184,12 @@ class Checkpointer:
         path = self.store.step_path(step)
         if self._ctx.is_rank0:
             self.store.prepare(manifest)  # before any rank can write: DCP plans through rank 0 first
-        response: Any = dcp_async_save(
-            self._state_to_save(),
-            checkpoint_id=str(path),
-            process_group=self._group,
-            async_stager=self._stager(async_staging),
-            no_dist=self._group is None,
-        )
+        options: dict[str, Any] = {"process_group": self._group}
+        if _TAKES_STAGER:
+            options["async_stager"] = self._stager(async_staging)
+        if self._group is None:
+            options["no_dist"] = True
+        response: Any = dcp_async_save(self._state_to_save(), checkpoint_id=str(path), **options)
         staging: concurrent.futures.Future[Any] | None = getattr(response, "staging_completion", None)
         upload: concurrent.futures.Future[Any] = getattr(response, "upload_completion", response)
         committed = self._committer.submit(self._commit, upload, manifest, path, started)
