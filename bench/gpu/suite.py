@@ -26,8 +26,8 @@ is any GPU count:
   its timed steps: a checkpoint, one worker killed (``TRAINOP_INJECT_FAILURE_AT_STEP``), Ray Train
   restarts the group -> time from the kill to the first step after the resume, from the workers' logs.
 - ``ckpt`` (= ``ckpt2``) / ``ckptN``: ``ckpt_bench.py``, GPT-small (eager: the cost is seconds per
-  checkpoint, whatever the step time) on N GPUs: per-checkpoint cost, background (pinned snapshot) vs
-  pageable snapshot vs sync.
+  checkpoint, whatever the step time) on N GPUs: per-checkpoint cost, background (DCP async save, pinned
+  staging) vs sync.
 - ``rayNw8``: Ray, N GPUs, compiled ResNet-50 with 8 DataLoader workers per rank instead of 4.
 - ``launchN``: ``torchrun -m trainop_trainer.launch`` (the same Trainer without Ray).
 
@@ -506,7 +506,7 @@ class Suite:
                 "--repeats",
                 "2",
                 "--modes",
-                "background,sync,pageable",
+                "background,sync",
             ]
             + (["--warmup", "2", "--base", "4", "--after", "4", "--repeats", "1"] if SMOKE else []),
         )

@@ -1,201 +1,414 @@
-"""Checkpoint files on disk: manifest and checksums, atomic writes, keep-last, corruption fallback, writer."""
+"""The Checkpointer over torch.distributed.checkpoint: commit marker, keep-last, fallback, parts, format 1.
+
+Real DCP writes and reads on disk, in this process as a world of one (gloo); the multi-rank behaviour
+(resharding, every rank writing its share) is tested under torchrun in ``test_trainer_resharding.py`` and
+through the trainer in ``test_trainer_launch.py`` / ``test_trainer_ray.py``. Nothing is mocked.
+"""
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import pathlib
-import threading
+import shutil
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import torch
+import torch.distributed as dist
+import trainer_support
 
-from trainop_trainer import checkpoint
+from trainop_trainer import checkpoint_store, distributed, run_record, stateful
+from trainop_trainer.checkpointer import Checkpointer
+
+LEGACY = trainer_support.REPO / "tests" / "trainer" / "data" / "legacy_v1" / "checkpoints"
 
 
-def payload(step: int) -> dict[str, object]:
-    return {"model.pt": {"w": torch.full((4, 4), float(step))}, "train_state.pt": {"step": step}}
-
-
-def save(root: pathlib.Path, step: int) -> checkpoint.SavedCheckpoint:
-    return checkpoint.write(
-        root,
-        step=step,
-        epoch=step // 10,
-        world_size=2,
-        payload=payload(step),
-        progress={"batchesInEpoch": step},
+@pytest.fixture(scope="module", autouse=True)
+def world_of_one() -> Iterator[None]:
+    dist.init_process_group(
+        "gloo",
+        rank=0,
+        world_size=1,
+        init_method=f"tcp://127.0.0.1:{distributed.free_port()}",
+        timeout=datetime.timedelta(seconds=60),
     )
+    yield
+    dist.destroy_process_group()
 
 
-def test_manifest_records_step_epoch_position_and_a_sha256_of_every_file(tmp_path: pathlib.Path) -> None:
-    saved = save(tmp_path, 30)
-    manifest = json.loads((saved.path / "manifest.json").read_text())
-    assert saved.path == tmp_path / "step_30"
-    assert (manifest["step"], manifest["epoch"], manifest["worldSize"]) == (30, 3, 2)
-    assert manifest["progress"] == {"batchesInEpoch": 30}
-    assert set(manifest["files"]) == {"model.pt", "train_state.pt"}
-    for name, entry in manifest["files"].items():
-        assert entry["sha256"] == checkpoint.sha256_file(saved.path / name)
-        assert entry["bytes"] == (saved.path / name).stat().st_size
-    assert torch.equal(saved.load("model.pt")["w"], torch.full((4, 4), 30.0))
+CTX = distributed.WorkerContext(
+    rank=0,
+    world_size=1,
+    local_rank=0,
+    local_world_size=1,
+    node_rank=0,
+    device=torch.device("cpu"),
+    backend="gloo",
+)
 
 
-def test_a_write_that_fails_midway_leaves_neither_a_step_directory_nor_a_temporary(
+class Loop:
+    """A small model, its optimizer and counters, registered as the built-in Trainer registers them."""
+
+    def __init__(self, root: pathlib.Path, *, seed: int = 0, keep_last: int = 10) -> None:
+        torch.manual_seed(seed)
+        self.model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=0.01)
+        self.train_state = stateful.TrainState()
+        self.position = stateful.DataPosition(world_size=1)
+        self.committed: list[int] = []
+        self.checkpointer = Checkpointer(
+            root=root,
+            ctx=CTX,
+            keep_last=keep_last,
+            record=run_record.RunRecord(paths=_paths(root), launch_id="test", is_rank0=True),
+            on_committed=lambda saved, seconds: self.committed.append(saved.step),
+        )
+        for name, part in (
+            ("model", stateful.ModelState(self.model)),
+            ("optimizer", stateful.OptimizerState(self.model, self.optimizer)),
+            ("train_state", self.train_state),
+            ("sampler", self.position),
+            ("rng", stateful.RNGState(torch.device("cpu"))),
+        ):
+            self.checkpointer.register(name, part)
+
+    def train(self, steps: int) -> None:
+        for _ in range(steps):
+            loss = self.model(torch.randn(5, 4)).square().mean()
+            loss.backward()
+            self.optimizer.step()
+            self.optimizer.zero_grad()
+            self.train_state.step += 1
+            self.position.batches_in_epoch += 1
+
+    def save(self, *, wait: bool = True) -> None:
+        self.checkpointer.save(
+            step=self.train_state.step,
+            epoch=self.position.epoch,
+            progress={"batchesInEpoch": self.position.batches_in_epoch},
+            metrics={"loss": 0.5},
+            wait=wait,
+        )
+
+    def params(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
+
+def _paths(root: pathlib.Path) -> Any:
+    from trainop_trainer import config as config_module
+
+    return config_module.RunPaths(run_dir=root.parent)
+
+
+def test_a_saved_checkpoint_restores_every_part_exactly_and_continues_the_same_way(
     tmp_path: pathlib.Path,
 ) -> None:
-    class Unpicklable:
-        def __reduce__(self) -> tuple[object, ...]:
-            raise RuntimeError("disk full")
+    root = tmp_path / "checkpoints"
+    first = Loop(root)
+    first.train(7)
+    first.save(wait=False)
+    first.checkpointer.wait()
+    expected = first.params()
+    first.train(3)  # what an uninterrupted run does next (RNG included)
+    continued = first.params()
+    first.checkpointer.close()
 
-    with pytest.raises(RuntimeError, match="disk full"):
-        checkpoint.write(
-            tmp_path,
-            step=5,
-            epoch=0,
-            world_size=1,
-            payload={"a.pt": {"x": torch.ones(3)}, "b.pt": Unpicklable()},
-        )
-    assert list(tmp_path.iterdir()) == []
+    second = Loop(root, seed=99)
+    restored = second.checkpointer.load()
+    second.checkpointer.close()
 
-
-def test_keep_last_deletes_all_but_the_newest_checkpoints(tmp_path: pathlib.Path) -> None:
-    for step in (10, 20, 30, 40, 50):
-        save(tmp_path, step)
-    removed = checkpoint.prune(tmp_path, keep_last=2)
-    assert sorted(p.name for p in removed) == ["step_10", "step_20", "step_30"]
-    assert [s for s, _ in checkpoint.list_step_dirs(tmp_path)] == [50, 40]
+    assert restored is not None and restored.step == 7
+    assert (second.train_state.step, second.position.batches_in_epoch) == (7, 7)
+    assert all(torch.equal(second.params()[k], v) for k, v in expected.items())
+    second.train(3)
+    assert all(torch.equal(second.params()[k], v) for k, v in continued.items())
 
 
-def test_steps_are_ordered_numerically_not_lexically(tmp_path: pathlib.Path) -> None:
-    for step in (9, 100, 20):
-        save(tmp_path, step)
-    assert [s for s, _ in checkpoint.list_step_dirs(tmp_path)] == [100, 20, 9]
-    latest = checkpoint.find_latest_valid(tmp_path)
-    assert latest is not None and latest.step == 100
+def test_the_manifest_is_written_first_and_dcp_metadata_last_commits_the_directory(
+    tmp_path: pathlib.Path,
+) -> None:
+    loop = Loop(tmp_path / "checkpoints")
+    loop.train(3)
+    loop.save()
+    loop.checkpointer.close()
+    step_dir = tmp_path / "checkpoints" / "step_3"
+    manifest = json.loads((step_dir / "manifest.json").read_text())
+    assert (manifest["format"], manifest["step"], manifest["worldSize"]) == (2, 3, 1)
+    assert manifest["parts"] == ["model", "optimizer", "rng", "sampler", "train_state"]
+    assert manifest["progress"] == {"batchesInEpoch": 3} and manifest["metrics"] == {"loss": 0.5}
+    assert (step_dir / ".metadata").is_file() and list(step_dir.glob("*.distcp"))
+    assert loop.committed == [3]
+
+
+def test_keep_last_deletes_all_but_the_newest_committed_checkpoints(tmp_path: pathlib.Path) -> None:
+    loop = Loop(tmp_path / "checkpoints", keep_last=2)
+    for _ in range(5):
+        loop.train(1)
+        loop.save(wait=False)
+    loop.checkpointer.close()
+    assert checkpoint_store.CheckpointStore(tmp_path / "checkpoints").committed_steps() == [5, 4]
+    assert loop.committed == [1, 2, 3, 4, 5]
+
+
+def test_a_directory_without_dcp_metadata_is_never_loaded_and_is_removed(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    loop = Loop(tmp_path / "checkpoints")
+    loop.train(2)
+    loop.save()
+    loop.train(2)
+    loop.save()
+    loop.checkpointer.close()
+    (tmp_path / "checkpoints" / "step_4" / ".metadata").unlink()  # as if the write was interrupted
+
+    with caplog.at_level(logging.WARNING, logger="trainop_trainer.checkpoint_store"):
+        again = Loop(tmp_path / "checkpoints", seed=5)
+        restored = again.checkpointer.load()
+        again.checkpointer.close()
+
+    assert restored is not None and restored.step == 2
+    assert not (tmp_path / "checkpoints" / "step_4").exists()
+    assert any("interrupted checkpoint write" in r.getMessage() for r in caplog.records)
 
 
 @pytest.mark.parametrize(
     ("damage", "reason"),
     [
-        ("truncate", "bytes"),
-        ("flip", "sha256"),
-        ("delete_file", "missing"),
-        ("delete_manifest", "no manifest"),
-        ("garble_manifest", "unreadable manifest"),
+        ("truncate", "bytes, the metadata needs"),
+        ("delete_data", "is missing"),
+        ("garble_metadata", "unreadable .metadata"),
+        ("garble_manifest", "unreadable manifest.json"),
     ],
 )
-def test_a_damaged_latest_checkpoint_is_skipped_with_a_warning_and_the_previous_one_used(
+def test_a_damaged_newest_checkpoint_is_moved_aside_with_a_warning_and_the_previous_one_used(
     tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture, damage: str, reason: str
 ) -> None:
-    save(tmp_path, 10)
-    latest = save(tmp_path, 20)
-    model = latest.path / "model.pt"
+    loop = Loop(tmp_path / "checkpoints")
+    loop.train(2)
+    loop.save()
+    at_two = loop.params()
+    loop.train(2)
+    loop.save()
+    loop.checkpointer.close()
+    newest = tmp_path / "checkpoints" / "step_4"
+    data = sorted(newest.glob("*.distcp"))[0]
     if damage == "truncate":
-        model.write_bytes(model.read_bytes()[:-17])
-    elif damage == "flip":
-        data = bytearray(model.read_bytes())
-        data[len(data) // 2] ^= 0xFF
-        model.write_bytes(bytes(data))
-    elif damage == "delete_file":
-        model.unlink()
-    elif damage == "delete_manifest":
-        (latest.path / "manifest.json").unlink()
+        data.write_bytes(data.read_bytes()[:-17])
+    elif damage == "delete_data":
+        data.unlink()
+    elif damage == "garble_metadata":
+        (newest / ".metadata").write_bytes(b"not a pickle")
     else:
-        (latest.path / "manifest.json").write_text("{not json")
+        (newest / "manifest.json").write_text("{not json")
 
-    with caplog.at_level(logging.WARNING, logger="trainop_trainer.checkpoint"):
-        found = checkpoint.find_latest_valid(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="trainop_trainer.checkpoint_store"):
+        again = Loop(tmp_path / "checkpoints", seed=5)
+        restored = again.checkpointer.load()
+        again.checkpointer.close()
 
-    assert found is not None and found.step == 10
+    assert restored is not None and restored.step == 2
+    assert all(torch.equal(again.params()[k], v) for k, v in at_two.items())
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert any("step_20" in w and reason in w and "falling back" in w for w in warnings), warnings
-    # Moved aside, so that the step can be written again and is never picked up later.
-    assert not (tmp_path / "step_20").exists()
-    assert (tmp_path / "step_20.corrupt").is_dir()
+    assert any("step_4" in w and reason in w and "falling back" in w for w in warnings), warnings
+    assert not newest.exists() and (tmp_path / "checkpoints" / "step_4.corrupt").is_dir()
 
 
-def test_no_valid_checkpoint_at_all_means_a_fresh_start(tmp_path: pathlib.Path) -> None:
-    broken = save(tmp_path, 10)
-    (broken.path / "manifest.json").unlink()
-    assert checkpoint.find_latest_valid(tmp_path) is None
-    assert checkpoint.find_latest_valid(tmp_path / "does-not-exist") is None
+def test_a_checkpoint_that_validates_but_cannot_be_read_falls_back_too(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    loop = Loop(tmp_path / "checkpoints")
+    loop.train(2)
+    loop.save()
+    loop.train(2)
+    loop.save()
+    loop.checkpointer.close()
+    for data in (tmp_path / "checkpoints" / "step_4").glob("*.distcp"):
+        data.write_bytes(bytes(len(data.read_bytes())))  # right sizes, nothing readable
+
+    with caplog.at_level(logging.WARNING, logger="trainop_trainer.checkpointer"):
+        again = Loop(tmp_path / "checkpoints", seed=5)
+        restored = again.checkpointer.load()
+        again.checkpointer.close()
+
+    assert restored is not None and restored.step == 2 and again.train_state.step == 2
+    assert any("step_4 failed to load" in r.getMessage() for r in caplog.records)
+    assert (tmp_path / "checkpoints" / "step_4.corrupt").is_dir()
+
+
+def test_when_the_only_checkpoint_cannot_be_read_the_start_fails_instead_of_training_on_half_loaded_state(
+    tmp_path: pathlib.Path,
+) -> None:
+    loop = Loop(tmp_path / "checkpoints")
+    loop.train(2)
+    loop.save()
+    loop.checkpointer.close()
+    for data in (tmp_path / "checkpoints" / "step_2").glob("*.distcp"):
+        data.write_bytes(bytes(len(data.read_bytes())))
+    again = Loop(tmp_path / "checkpoints", seed=5)
+    with pytest.raises(
+        checkpoint_store.CheckpointError, match="next start of the worker group begins at step 0"
+    ):
+        again.checkpointer.load()
+    again.checkpointer.close()
+    assert checkpoint_store.CheckpointStore(tmp_path / "checkpoints").committed_steps() == []
+
+
+def test_no_checkpoint_at_all_means_a_fresh_start(tmp_path: pathlib.Path) -> None:
+    loop = Loop(tmp_path / "checkpoints")
+    assert loop.checkpointer.load() is None
+    loop.checkpointer.close()
 
 
 def test_writing_a_step_again_replaces_the_old_directory(tmp_path: pathlib.Path) -> None:
-    save(tmp_path, 10)
-    again = checkpoint.write(
-        tmp_path, step=10, epoch=9, world_size=1, payload={"model.pt": {"w": torch.zeros(1)}}
+    loop = Loop(tmp_path / "checkpoints")
+    loop.train(3)
+    loop.save()
+    loop.train_state.step = 3  # a resume from an older checkpoint reaches step 3 again
+    loop.position.epoch = 9
+    loop.save()
+    loop.checkpointer.close()
+    manifest = checkpoint_store.CheckpointStore(tmp_path / "checkpoints").validate(
+        tmp_path / "checkpoints" / "step_3"
     )
-    assert checkpoint.verify(again.path).epoch == 9
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_10"]
+    assert manifest.epoch == 9
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_3"]
 
 
-def test_leftover_temporaries_of_a_crashed_writer_are_removed_when_a_writer_starts(
+def test_a_failed_background_write_is_raised_by_wait_and_leaves_no_committed_checkpoint(
     tmp_path: pathlib.Path,
 ) -> None:
-    (tmp_path / ".tmp-step_30-abc").mkdir()
-    (tmp_path / ".tmp-step_30-abc" / "model.pt").write_bytes(b"partial")
-    save(tmp_path, 20)
-    writer = checkpoint.CheckpointWriter(tmp_path, keep_last=3)
-    writer.close()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_20"]
+    class Unpicklable:
+        """Staged (copied) fine on the training thread; fails when the background thread writes it."""
 
+        def __deepcopy__(self, memo: dict[int, object]) -> Unpicklable:
+            return self
 
-def test_to_cpu_snapshots_are_not_changed_by_later_in_place_updates() -> None:
-    weight = torch.ones(3)
-    snapshot = checkpoint.to_cpu({"w": weight, "nested": [weight, (weight,)]})
-    weight.add_(5)
-    assert torch.equal(snapshot["w"], torch.ones(3))
-    assert torch.equal(snapshot["nested"][1][0], torch.ones(3))
-
-
-def test_background_writer_writes_prunes_and_reports_each_checkpoint(tmp_path: pathlib.Path) -> None:
-    reported: list[tuple[int, float]] = []
-    writer = checkpoint.CheckpointWriter(
-        tmp_path, keep_last=2, on_saved=lambda saved, seconds: reported.append((saved.step, seconds))
-    )
-    for step in (1, 2, 3):
-        writer.submit(
-            step=step, epoch=0, world_size=1, payload=payload(step), progress={}, metrics={"loss": 0.5}
-        )
-    last = writer.wait()
-    writer.close()
-    assert last is not None and last.step == 3
-    assert [s for s, _ in reported] == [1, 2, 3]
-    assert all(seconds >= 0 for _, seconds in reported)
-    assert [s for s, _ in checkpoint.list_step_dirs(tmp_path)] == [3, 2]
-    assert checkpoint.verify(tmp_path / "step_3").metrics == {"loss": 0.5}
-
-
-def test_submit_returns_while_the_write_is_still_running(tmp_path: pathlib.Path) -> None:
-    release = threading.Event()
-    started = threading.Event()
-
-    class SlowToPickle:
-        def __reduce__(self) -> tuple[object, ...]:
-            started.set()
-            release.wait(10)
-            return (dict, ())
-
-    writer = checkpoint.CheckpointWriter(tmp_path, keep_last=3)
-    writer.submit(step=7, epoch=0, world_size=1, payload={"slow.pt": SlowToPickle()}, progress={}, metrics={})
-    assert started.wait(10)
-    assert writer.busy and not (tmp_path / "step_7").exists()
-    release.set()
-    assert writer.wait() is not None
-    writer.close()
-    assert (tmp_path / "step_7" / "manifest.json").is_file()
-
-
-def test_a_failed_background_write_is_raised_by_wait(tmp_path: pathlib.Path) -> None:
-    class Broken:
         def __reduce__(self) -> tuple[object, ...]:
             raise OSError("no space left on device")
 
-    writer = checkpoint.CheckpointWriter(tmp_path, keep_last=3)
-    writer.submit(step=1, epoch=0, world_size=1, payload={"x.pt": Broken()}, progress={}, metrics={})
-    with pytest.raises(OSError, match="no space left"):
-        writer.wait()
-    writer.close()
-    assert checkpoint.list_step_dirs(tmp_path) == []
+    class Broken:
+        def state_dict(self) -> dict[str, Any]:
+            return {"x": Unpicklable()}
+
+        def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+            del state_dict
+
+    loop = Loop(tmp_path / "checkpoints")
+    loop.checkpointer.register("broken", Broken())
+    loop.train(1)
+    loop.save(wait=False)
+    with pytest.raises(BaseException, match="no space left"):  # DCP's CheckpointException
+        loop.checkpointer.wait()
+    loop.checkpointer.close()
+    assert checkpoint_store.CheckpointStore(tmp_path / "checkpoints").committed_steps() == []
+
+
+def test_a_user_state_comes_back_with_its_structure_integer_keys_and_tensors(tmp_path: pathlib.Path) -> None:
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(4, 3)).sum().backward()
+    optimizer.step()
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "extra": (1, "two", [3.0])}
+    user = stateful.UserState(is_rank0=True)
+    checkpointer = Checkpointer(
+        root=tmp_path / "checkpoints",
+        ctx=CTX,
+        keep_last=3,
+        record=run_record.RunRecord(paths=_paths(tmp_path / "checkpoints"), launch_id="t", is_rank0=True),
+    )
+    checkpointer.register("user", user)
+    user.pending = state
+    checkpointer.save(step=1, epoch=0, progress={}, metrics={}, wait=True)
+    checkpointer.close()
+
+    reader = stateful.UserState(is_rank0=True)
+    again = Checkpointer(
+        root=tmp_path / "checkpoints",
+        ctx=CTX,
+        keep_last=3,
+        record=run_record.RunRecord(paths=_paths(tmp_path / "checkpoints"), launch_id="t", is_rank0=True),
+    )
+    again.register("user", reader)
+    assert again.load() is not None
+    again.close()
+    restored = reader.restored
+    assert restored is not None and restored["extra"] == (1, "two", [3.0])
+    assert set(restored["optimizer"]["state"]) == {0, 1}
+    fresh = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    fresh.load_state_dict(restored["optimizer"])
+    assert torch.equal(
+        fresh.state[model.weight]["momentum_buffer"], optimizer.state[model.weight]["momentum_buffer"]
+    )
+    assert torch.equal(restored["model"]["weight"], model.weight.detach())
+
+
+# -------------------------------------------------------------------------------------------- format 1
+def _legacy_run(tmp_path: pathlib.Path) -> pathlib.Path:
+    root = tmp_path / "checkpoints"
+    shutil.copytree(LEGACY, root)
+    return root
+
+
+def test_a_format_1_checkpoint_written_by_the_previous_trainer_loads_into_the_parts(
+    tmp_path: pathlib.Path,
+) -> None:
+    root = _legacy_run(tmp_path)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(16, 64),
+        torch.nn.ReLU(),
+        torch.nn.Linear(64, 64),
+        torch.nn.ReLU(),
+        torch.nn.Linear(64, 10),
+    )
+    holder = torch.nn.Module()
+    holder.net = model  # the MLP workload's parameter names: net.0.weight, ...
+    optimizer = torch.optim.SGD(holder.parameters(), lr=0.05, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    train_state, position = stateful.TrainState(), stateful.DataPosition(world_size=2)
+    checkpointer = Checkpointer(
+        root=root,
+        ctx=CTX,
+        keep_last=3,
+        record=run_record.RunRecord(paths=_paths(root), launch_id="t", is_rank0=True),
+    )
+    for name, part in (
+        ("model", stateful.ModelState(holder)),
+        ("optimizer", stateful.OptimizerState(holder, optimizer)),
+        ("lr_schedule", stateful.LRSchedulerState(scheduler)),
+        ("train_state", train_state),
+        ("sampler", position),
+    ):
+        checkpointer.register(name, part)
+
+    restored = checkpointer.load()
+    checkpointer.close()
+
+    assert restored is not None and restored.step == 30 and restored.manifest.legacy
+    saved_model = torch.load(root / "step_30" / "model.pt", weights_only=True)
+    assert all(torch.equal(holder.state_dict()[k], v) for k, v in saved_model.items())
+    saved_optimizer = torch.load(root / "step_30" / "optimizer.pt", weights_only=True)
+    for index, param in enumerate(holder.parameters()):
+        assert torch.equal(
+            optimizer.state[param]["momentum_buffer"], saved_optimizer["state"][index]["momentum_buffer"]
+        )
+    assert (train_state.step, position.epoch, position.batches_in_epoch) == (30, 0, 30)
+    assert scheduler.last_epoch == 30
+
+
+def test_a_corrupt_format_1_checkpoint_falls_back_by_its_sha256(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = _legacy_run(tmp_path)
+    model_file = root / "step_30" / "model.pt"
+    data = bytearray(model_file.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    model_file.write_bytes(bytes(data))
+    store = checkpoint_store.CheckpointStore(root)
+    with caplog.at_level(logging.WARNING, logger="trainop_trainer.checkpoint_store"):
+        found = store.newest_valid()
+    assert found is not None and found.step == 20 and found.manifest.legacy
+    assert any("sha256" in r.getMessage() and "step_30" in r.getMessage() for r in caplog.records)

@@ -42,8 +42,8 @@ def test_training_resumes_from_the_previous_checkpoint_when_the_latest_is_trunca
     # The process dies right after its step-40 checkpoint (the injected failure: os._exit(1)).
     run_to_end(path, returncode=1, TRAINOP_INJECT_FAILURE_AT_STEP="40")
     assert trainer_support.checkpoint_steps(config) == [10, 20, 30, 40]
-    model_file = trainer_support.run_dir(config) / "checkpoints" / "step_40" / "model.pt"
-    model_file.write_bytes(model_file.read_bytes()[: model_file.stat().st_size // 2])
+    data_file = sorted((trainer_support.run_dir(config) / "checkpoints" / "step_40").glob("*.distcp"))[0]
+    data_file.write_bytes(data_file.read_bytes()[: data_file.stat().st_size // 2])
 
     out = run_to_end(path)
 
@@ -92,3 +92,39 @@ def test_sigterm_to_a_training_process_writes_a_checkpoint_at_or_after_the_signa
     outcome = json.loads((trainer_support.run_dir(config) / "trainop" / "outcome.json").read_text())
     assert outcome["outcome"] == "preempted" and outcome["step"] == steps[0]
     assert trainer_support.status(config)["checkpoint"]["step"] == steps[0]
+
+
+def test_a_run_checkpointed_on_2_ranks_resumes_on_1_rank_at_the_same_step(tmp_path: pathlib.Path) -> None:
+    config = trainer_support.mlp_config(tmp_path, "two-to-one", workers=2, max_steps=60, interval_steps=10)
+    path = trainer_support.write_config(config, tmp_path / "trainer.json")
+    two = subprocess.run(
+        [
+            trainer_support.PYTHON,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "trainop_trainer.launch",
+            "--config",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=trainer_support.subprocess_env(OMP_NUM_THREADS="1", TRAINOP_INJECT_FAILURE_AT_STEP="30"),
+    )
+    assert two.returncode != 0 and trainer_support.checkpoint_steps(config)[-1] == 30
+    saved = trainer_support.final_model(config, 30)
+
+    out = run_to_end(path)
+
+    resumes = [e for e in trainer_support.events(config) if e["event"] == "resume"]
+    assert [e["step"] for e in resumes] == [30]
+    assert "world size changed 2 -> 1" in out
+    assert trainer_support.checkpoint_steps(config)[-1] == 60
+    step_60 = trainer_support.run_dir(config) / "checkpoints" / "step_60"
+    manifest = json.loads((step_60 / "manifest.json").read_text())
+    assert manifest["worldSize"] == 1
+    assert saved.keys() == trainer_support.final_model(config, 60).keys()

@@ -32,18 +32,34 @@ def bitwise_equal(a: Params, b: Params) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def exact_config(storage: pathlib.Path, **overrides: Any) -> trainer_config.TrainerConfig:
-    """60 steps of the MLP, checkpoints every 10 steps, 2 workers: the same math in every test below."""
-    return trainer_support.mlp_config(storage, "exact-resume", max_steps=60, interval_steps=10, **overrides)
+STRATEGIES = ["ddp", "fsdp"]
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Params:
+def exact_config(
+    storage: pathlib.Path, strategy: str = "ddp", **overrides: Any
+) -> trainer_config.TrainerConfig:
+    """60 steps of the MLP, checkpoints every 10 steps, 2 workers: the same math in every test below (with
+    FSDP2 the MLP's layers are sharded over the 2 ranks, and so are the checkpoints)."""
+    return trainer_support.mlp_config(
+        storage,
+        "exact-resume",
+        max_steps=60,
+        interval_steps=10,
+        parallelism={"strategy": strategy},
+        **overrides,
+    )
+
+
+@pytest.fixture(scope="module", params=STRATEGIES)
+def uninterrupted(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[str, Params]:
     """The reference: the same 60 steps on 2 ranks without interruption. It runs the same Trainer under
     torchrun instead of Ray Train (8 s instead of 25 s here); Ray Train must reproduce it bit for bit, so
     every equality below also checks that the launcher does not change the math."""
-    storage = tmp_path_factory.mktemp("uninterrupted")
-    config = exact_config(storage)
+    strategy: str = request.param
+    storage = tmp_path_factory.mktemp(f"uninterrupted-{strategy}")
+    config = exact_config(storage, strategy)
     path = trainer_support.write_config(config, storage / "trainer.json")
     done = subprocess.run(
         [
@@ -65,13 +81,14 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Params:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert trainer_support.checkpoint_steps(config)[-1] == 60
-    return trainer_support.final_model(config, 60)
+    return strategy, trainer_support.final_model(config, 60)
 
 
 def test_a_killed_worker_is_restarted_by_ray_train_and_training_ends_bitwise_equal_to_an_uninterrupted_run(
-    ray_cluster: str, uninterrupted: Params, tmp_path: pathlib.Path
+    ray_cluster: str, uninterrupted: tuple[str, Params], tmp_path: pathlib.Path
 ) -> None:
-    config = exact_config(tmp_path)
+    strategy, reference = uninterrupted
+    config = exact_config(tmp_path, strategy)
     # Rank 1 dies (os._exit) at step 25, five steps after checkpoint 20: those steps are trained twice.
     result = ray_train.run(config, inject_failure_at_step=25)
 
@@ -81,13 +98,14 @@ def test_a_killed_worker_is_restarted_by_ray_train_and_training_ends_bitwise_equ
     assert len(starts) == 2 and len({e["launch"] for e in starts}) == 1  # one fit(), two worker groups
     assert [e["step"] for e in events if e["event"] == "resume"] == [20]
     assert trainer_support.status(config)["progress"]["workerRestarts"] == 1
-    assert bitwise_equal(trainer_support.final_model(config, 60), uninterrupted)
+    assert bitwise_equal(trainer_support.final_model(config, 60), reference)
 
 
 def test_a_new_attempt_with_the_same_run_name_and_storage_path_resumes_bitwise_exactly(
-    ray_cluster: str, uninterrupted: Params, tmp_path: pathlib.Path
+    ray_cluster: str, uninterrupted: tuple[str, Params], tmp_path: pathlib.Path
 ) -> None:
-    config = exact_config(tmp_path, max_worker_failures=0)
+    strategy, reference = uninterrupted
+    config = exact_config(tmp_path, strategy, max_worker_failures=0)
     first = ray_train.run(config, inject_failure_at_step=25)
     assert first.outcome == "failed", first
     assert 60 not in trainer_support.checkpoint_steps(config)
@@ -99,7 +117,7 @@ def test_a_new_attempt_with_the_same_run_name_and_storage_path_resumes_bitwise_e
     resumes = [e for e in trainer_support.events(config) if e["event"] == "resume"]
     assert [e["attempt"] for e in starts] == [1, 2]
     assert [(e["step"], e["launch"]) for e in resumes] == [(20, starts[1]["launch"])]
-    assert bitwise_equal(trainer_support.final_model(config, 60), uninterrupted)
+    assert bitwise_equal(trainer_support.final_model(config, 60), reference)
 
 
 def _wait_for_step(config: trainer_config.TrainerConfig, step: int, timeout_s: float) -> int:
@@ -259,9 +277,7 @@ def test_a_user_entrypoint_trains_with_the_context_helpers(
 
     assert (result.outcome, result.step) == ("completed", 300), result
     assert trainer_support.checkpoint_steps(config) == [100, 200, 300]
-    state = torch.load(
-        trainer_support.run_dir(config) / "checkpoints" / "step_300" / "user_state.pt", weights_only=True
-    )
+    state = trainer_support.user_state(config, 300)
     weight, bias = float(state["model"]["weight"]), float(state["model"]["bias"])
     assert weight == pytest.approx(3.0, abs=0.05) and bias == pytest.approx(-1.0, abs=0.05)
     progress = trainer_support.status(config)["progress"]

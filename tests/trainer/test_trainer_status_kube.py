@@ -14,10 +14,9 @@ from typing import Any
 
 import kubernetes
 import pytest
-import torch
 
 from trainop.api import trainer_config
-from trainop_trainer import checkpoint, status
+from trainop_trainer import checkpoint_store, run_record, status
 
 GROUP, VERSION, PLURAL = "trainop.dev", "v1alpha1", "trainingjobs"
 
@@ -99,13 +98,11 @@ def test_rank0_patches_progress_checkpoint_and_network_and_leaves_operator_field
     )
     for key, value in _trainer_credentials(control_plane, namespace, "bert", tmp_path).items():
         monkeypatch.setenv(key, value)
-    saved = checkpoint.write(
-        tmp_path / "ckpt",
-        step=40,
-        epoch=1,
-        world_size=2,
-        payload={"model.pt": {"w": torch.ones(2)}},
-        metrics={"loss": 0.25},
+    saved = checkpoint_store.Checkpoint(
+        path=tmp_path / "ckpt" / "step_40",
+        manifest=checkpoint_store.Manifest(
+            step=40, epoch=1, time=run_record.utc_now(), world_size=2, metrics={"loss": 0.25}
+        ),
     )
     reporter = status.StatusReporter(
         [status.KubernetesSink(trainer_config.StatusTarget(namespace=namespace, name="bert"))]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pathlib
 import pickle
 import subprocess
+from typing import Any
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ import trainer_support
 
 from trainop.api import trainingjob
 from trainop_trainer import data, workloads
-from trainop_trainer.workloads import datasets, models
+from trainop_trainer.workloads import datasets, encoders, models
 
 
 def spec(
@@ -34,6 +35,62 @@ def test_gpt_small_has_the_gpt2_small_shape_with_tied_embeddings() -> None:
     model = models.gpt("gpt-small", block_size=1024, config={})
     assert model.head.weight is model.token_embedding.weight
     assert sum(p.numel() for p in model.parameters()) == pytest.approx(124.4e6, rel=0.01)
+
+
+@pytest.mark.parametrize(
+    ("build", "params"),
+    [
+        (lambda: models.gpt("gpt-medium", block_size=1024, config={}), 354.8e6),
+        (lambda: models.gpt("gpt-xl", block_size=2048, config={}), 1313.6e6),
+        (lambda: encoders.bert(block_size=512, config={}), 109.6e6),
+        (lambda: encoders.vit(image_size=224, num_classes=1000, config={}), 86.6e6),
+    ],
+    ids=["gpt-medium", "gpt-xl", "bert-base", "vit-b16"],
+)
+def test_the_bigger_models_have_their_published_sizes(build: Any, params: float) -> None:
+    with torch.device("meta"):  # shapes only: no memory for 1.3B parameters
+        model = build()
+    assert sum(p.numel() for p in model.parameters()) == pytest.approx(params, rel=0.01)
+
+
+def test_gpt_xl_has_the_gpt3_xl_shape() -> None:
+    with torch.device("meta"):
+        model = models.gpt("gpt-xl", block_size=2048, config={})
+    config = model.config
+    assert (config.num_layers, config.embed_dim, config.num_heads, config.embed_dim // config.num_heads) == (
+        24,
+        2048,
+        16,
+        128,
+    )
+
+
+def test_masked_tokens_mask_about_15_percent_the_same_way_for_the_same_sample() -> None:
+    tokens = datasets.SyntheticTokens(num_samples=200, sequence_length=64, vocab_size=500, seed=2)
+    masked = datasets.MaskedTokens(tokens, vocab_size=500, mask_token_id=499, seed=7)
+    inputs, targets = masked.__getitems__(list(range(200)))
+    originals, _ = tokens.__getitems__(list(range(200)))
+    chosen = targets != -100
+    assert 0.13 < float(chosen.float().mean()) < 0.17
+    assert torch.equal(targets[chosen], originals[chosen])
+    assert torch.equal(inputs[~chosen], originals[~chosen])
+    replaced = inputs[chosen] == 499
+    assert 0.75 < float(replaced.float().mean()) < 0.85
+    again_inputs, again_targets = masked.__getitems__([17, 3])
+    assert torch.equal(again_inputs, inputs[[17, 3]]) and torch.equal(again_targets, targets[[17, 3]])
+
+
+def test_the_masked_lm_loss_counts_only_masked_positions() -> None:
+    logits = torch.randn(2, 5, 11)
+    targets = torch.full((2, 5), -100)
+    targets[0, 1], targets[1, 4] = 3, 7
+    expected = torch.nn.functional.cross_entropy(logits[[0, 1], [1, 4]], torch.tensor([3, 7]))
+    assert torch.allclose(encoders.masked_lm_loss(logits, targets), expected)
+
+
+def test_a_vit_image_size_that_is_not_a_multiple_of_the_patch_names_the_field() -> None:
+    with pytest.raises(ValueError, match=r"spec\.workload\.dataset\.imageSize 100"):
+        encoders.vit(image_size=100, num_classes=10, config={})
 
 
 def test_gpt_tiny_maps_tokens_to_next_token_logits() -> None:
@@ -126,6 +183,16 @@ def test_the_sampler_resumed_mid_epoch_yields_exactly_the_rest_of_the_epoch(rank
     [
         ("resnet18", {"imageSize": 32, "numSamples": 64, "numClasses": 10, "numWorkers": 0}, {}),
         ("gpt-tiny", {"sequenceLength": 32, "numSamples": 64, "numWorkers": 0}, {"vocabSize": 128}),
+        (
+            "vit-b16",
+            {"imageSize": 32, "numSamples": 64, "numClasses": 10, "numWorkers": 0},
+            {"patchSize": 8, "numLayers": 2, "numHeads": 4, "embedDim": 64, "mlpDim": 128},
+        ),
+        (
+            "bert-base",
+            {"sequenceLength": 32, "numSamples": 64, "numWorkers": 0},
+            {"vocabSize": 128, "numLayers": 2, "numHeads": 4, "embedDim": 64},
+        ),
     ],
 )
 def test_each_builtin_model_trains_and_checkpoints_under_the_launcher(

@@ -7,6 +7,7 @@ import os
 import pathlib
 import socket
 import sys
+import warnings
 from typing import Any
 
 from trainop.api import trainer_config
@@ -50,6 +51,8 @@ def mlp_config(
     metrics_port: int | None = None,
     probe: bool = False,
     workload: dict[str, Any] | None = None,
+    parallelism: dict[str, Any] | None = None,
+    precision: str = "fp32",
 ) -> trainer_config.TrainerConfig:
     """A small deterministic CPU job: the MLP on synthetic data, fp32, gloo."""
     spec: dict[str, Any] = {
@@ -68,7 +71,8 @@ def mlp_config(
             "gradientClipNorm": 1.0,
             "seed": 11,
         },
-        "precision": "fp32",
+        "precision": precision,
+        "parallelism": parallelism or {},
         "workers": {"replicas": workers, "gpusPerWorker": 0, "cpusPerWorker": 1},
         "checkpoint": {"intervalSteps": interval_steps, "intervalMinutes": interval_minutes, "keepLast": 20},
         "failurePolicy": {"maxWorkerFailures": max_worker_failures},
@@ -85,6 +89,13 @@ def mlp_config(
     )
 
 
+def with_spec(config: trainer_config.TrainerConfig, **fields: Any) -> trainer_config.TrainerConfig:
+    """``config`` with top-level spec fields replaced (by their wire names), validated again."""
+    data = config.model_dump(mode="json", by_alias=True)
+    data["spec"].update(fields)
+    return trainer_config.TrainerConfig.model_validate(data, by_alias=True)
+
+
 def run_dir(config: trainer_config.TrainerConfig) -> pathlib.Path:
     return pathlib.Path(config.storage_path) / config.run_name
 
@@ -94,12 +105,31 @@ def checkpoint_steps(config: trainer_config.TrainerConfig) -> list[int]:
     return sorted(int(p.name.split("_")[1]) for p in root.glob("step_*") if p.name.split("_")[1].isdigit())
 
 
-def final_model(config: trainer_config.TrainerConfig, step: int) -> dict[str, Any]:
-    import torch
+def checkpoint_part(config: trainer_config.TrainerConfig, step: int, part: str) -> dict[str, Any]:
+    """One part of a committed checkpoint, read from its DCP files as full CPU tensors (any world size)."""
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
 
-    path = run_dir(config) / "checkpoints" / f"step_{step}" / "model.pt"
-    state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
+    path = run_dir(config) / "checkpoints" / f"step_{step}"
+    assert (path / ".metadata").is_file(), f"{path} is not a committed checkpoint"
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is unavailable or uninitialized")
+        state: dict[str, Any] = _load_state_dict_from_keys(keys={part}, checkpoint_id=str(path))[part]
     return state
+
+
+def final_model(config: trainer_config.TrainerConfig, step: int) -> dict[str, Any]:
+    """The model's parameters in the checkpoint of ``step``, by parameter name."""
+    return checkpoint_part(config, step, "model")
+
+
+def user_state(config: trainer_config.TrainerConfig, step: int) -> dict[str, Any]:
+    """What a user entrypoint saved at ``step`` (as ``ctx.load_checkpoint().state`` returns it)."""
+    from trainop_trainer import stateful
+
+    part = stateful.UserState(is_rank0=True)
+    part.load_state_dict(checkpoint_part(config, step, "user"))
+    assert part.restored is not None
+    return part.restored
 
 
 def events(config: trainer_config.TrainerConfig) -> list[dict[str, Any]]:

@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from trainop_trainer import config as config_module
     from trainop_trainer import nccl, preempt, ray_train, user
-    from trainop_trainer.runtime import configure_logging
+    from trainop_trainer.logs import configure_logging
 
     configure_logging(rank=None)
     try:

@@ -37,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     config = trainer_config.load(args.config)
     spec = config.spec
     hp = spec.hyperparameters
+    if hp.batch_size_per_worker == "auto":
+        parser.error("hyperparameters.batchSizePerWorker: the baseline needs an integer batch, not auto")
+    batch_size = int(hp.batch_size_per_worker)
     use_gpu = spec.workers.gpus_per_worker > 0 and torch.cuda.is_available()
     ctx = distributed.from_torchrun_env(use_gpu=use_gpu)
     torch.manual_seed(hp.seed)
@@ -55,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     loader = data.make_loader(
         workload.dataset,
         sampler,
-        batch_size=hp.batch_size_per_worker,
+        batch_size=batch_size,
         num_workers=spec.workload.dataset.num_workers,
         pin_memory=use_gpu,
     )
@@ -94,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         epoch += 1
     sync()
     seconds = time.perf_counter() - start
-    samples = args.steps * hp.batch_size_per_worker * ctx.world_size
+    samples = args.steps * batch_size * ctx.world_size
     if ctx.rank == 0:
         result = {
             "workload": workload.name,

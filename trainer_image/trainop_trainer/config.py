@@ -87,6 +87,11 @@ class RunPaths:
         return self.run_dir / "trainop" / "events.jsonl"
 
     @property
+    def batch_size_file(self) -> pathlib.Path:
+        """The batch size the finder chose for this run (``batchSizePerWorker: auto``), reused on resume."""
+        return self.run_dir / "trainop" / "batch-size.json"
+
+    @property
     def injected_failure_marker(self) -> pathlib.Path:
         return self.run_dir / "trainop" / "injected-failure"
 

@@ -252,6 +252,15 @@ class ControlChannel:
         dist.all_gather_object(gathered, obj, group=self._group)
         return gathered if self.ctx.is_rank0 else None
 
+    def all_reduce_max(self, value: float) -> float:
+        """Maximum of a float over ranks."""
+        if self._group is None:
+            return value
+        self._settle()
+        tensor = torch.tensor([value], dtype=torch.float64)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self._group)
+        return float(tensor.item())
+
     def all_reduce_mean(self, value: float) -> float:
         """Mean of a float over ranks (report time only)."""
         if self._group is None:

@@ -24,7 +24,9 @@ import torch.distributed as dist
 from trainop.api import trainer_config
 from trainop_trainer import config as config_module
 from trainop_trainer import distributed, ray_train
-from trainop_trainer.runtime import Outcome, Runtime, configure_logging
+from trainop_trainer.logs import configure_logging
+from trainop_trainer.runtime import Runtime
+from trainop_trainer.step_schedule import Outcome
 
 log = logging.getLogger(__name__)
 

@@ -302,7 +302,7 @@ def _run_job(
     out: TextIO,
 ) -> int:
     from trainop_trainer import preempt, ray_train, user
-    from trainop_trainer.runtime import configure_logging
+    from trainop_trainer.logs import configure_logging
 
     name = job.metadata.name
     plan = plan_local(job.spec, workers=workers, cpu_count=os.cpu_count() or 1, gpu_count=_local_gpus())

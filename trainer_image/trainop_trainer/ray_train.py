@@ -43,7 +43,9 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     import ray.train
 
     from trainop_trainer import distributed, preempt
-    from trainop_trainer.runtime import Outcome, Runtime, WorkerPreempted, configure_logging
+    from trainop_trainer.logs import configure_logging
+    from trainop_trainer.runtime import Runtime, WorkerPreempted
+    from trainop_trainer.step_schedule import Outcome
 
     launch = config_module.LaunchSettings.from_dict(loop_config)
     config = launch.config

@@ -30,7 +30,8 @@ import time
 from typing import Any, Protocol
 
 from trainop.api import trainer_config, trainingjob
-from trainop_trainer import checkpoint
+from trainop_trainer import run_record
+from trainop_trainer.checkpoint_store import Checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -213,6 +214,8 @@ class StatusReporter:
         samples_per_second: float | None,
         eta_seconds: float | None,
         worker_restarts: int,
+        batch_size_per_worker: int | None = None,
+        learning_rate: float | None = None,
     ) -> None:
         percent = round(100.0 * step / total_steps, 2) if total_steps else None
         record = trainingjob.Progress(
@@ -224,11 +227,13 @@ class StatusReporter:
             percent=percent,
             eta_seconds=eta_seconds,
             worker_restarts=worker_restarts,
-            updated=checkpoint.utc_now(),
+            batch_size_per_worker=batch_size_per_worker,
+            learning_rate=learning_rate,
+            updated=run_record.utc_now(),
         )
         self._publish({"progress": record.to_wire()})
 
-    def checkpoint(self, saved: checkpoint.SavedCheckpoint) -> None:
+    def checkpoint(self, saved: Checkpoint) -> None:
         manifest = saved.manifest
         record = trainingjob.CheckpointStatus(
             step=manifest.step,
@@ -256,7 +261,7 @@ class StatusReporter:
             else round(bus_bandwidth_gb_per_second, 3),
             probe_bytes=probe_bytes,
             world_size=world_size,
-            measured=checkpoint.utc_now(),
+            measured=run_record.utc_now(),
         )
         self._publish({"network": record.to_wire()})
 

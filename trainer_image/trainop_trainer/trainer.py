@@ -1,19 +1,21 @@
 """The built-in train loop: a ``Trainer`` with ``forward_backward_step``, ``train_step`` and ``train``.
 
-Parallelism is applied in one place (``_parallelize``): move to the device, channels_last for CNNs, DDP
-(gloo on CPU, NCCL on GPU), then ``torch.compile`` of the DDP module when ``spec.compile`` is set (so
-DDP's graph splitting keeps gradient all-reduce overlapped with backward).
+Parallelism is applied in one place, ``parallelize.apply``: device, activation checkpointing,
+``torch.compile``, then DDP or FSDP2 (``spec.parallelism``).
 
 The hot loop stays lean: no host-device synchronisation per step (the loss is accumulated on the device
 and read only at report time), non-blocking copies from pinned memory with the next batch prefetched on a
-side stream, fused optimizers on CUDA, ``zero_grad(set_to_none=True)``, ``no_sync`` for all but the last
-micro-batch of a gradient-accumulation group. ``ray.train.report`` runs only at report time
-(``spec.reporting``), never per step: it is a barrier across ranks.
+side stream, fused optimizers on CUDA, ``zero_grad(set_to_none=True)``, no gradient reduction for all but
+the last micro-batch of a gradient-accumulation group (DDP's ``no_sync``, FSDP2's
+``set_requires_gradient_sync``). ``ray.train.report`` runs only at report time (``spec.reporting``), never
+per step: it is a barrier across ranks.
 
-Exact resume: the checkpoint carries model, optimizer, scheduler and scaler state, the step, the epoch,
-the number of micro-batches consumed in the epoch, and every rank's RNG states; the sampler restarts
-mid-epoch at the same index. On deterministic kernels (CPU) a resumed run is bitwise equal to an
-uninterrupted one.
+Checkpoints: the Trainer registers its parts with the runtime's ``Checkpointer`` — model, optimizer, LR
+schedule, grad scaler, train state (the step), sampler position (epoch, micro-batches consumed in it); the
+runtime registered every rank's RNG state — and saves with asynchronous staging: before it next changes
+the state (the forward pass when the model has buffers, else the optimizer step) it waits for the copy to
+finish. Exact resume: the sampler restarts mid-epoch at the same index and every rank's RNG continues; on
+deterministic kernels (CPU) a resumed run is bitwise equal to an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -21,33 +23,28 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import default_collate
 
 from trainop.api import trainingjob
-from trainop_trainer import checkpoint, data, schedule
-from trainop_trainer.runtime import Decision, Outcome, Runtime
+from trainop_trainer import batch_finder, data, parallelize, schedule, stateful
+from trainop_trainer.runtime import Runtime
+from trainop_trainer.step_schedule import Decision, Outcome
 from trainop_trainer.workloads import Batch, Workload
 
 log = logging.getLogger(__name__)
 
-MODEL_FILE = "model.pt"
-OPTIMIZER_FILE = "optimizer.pt"
-TRAIN_STATE_FILE = "train_state.pt"
-
-_AUTOCAST_DTYPES = {trainingjob.Precision.BF16: torch.bfloat16, trainingjob.Precision.FP16: torch.float16}
-
 
 def build_optimizer(
-    model: nn.Module, hp: trainingjob.Hyperparameters, device: torch.device
+    model: nn.Module, hp: trainingjob.Hyperparameters, device: torch.device, *, cpu_offload: bool = False
 ) -> torch.optim.Optimizer:
     params = [p for p in model.parameters() if p.requires_grad]
-    fused = device.type == "cuda"
+    # Fused kernels on GPUs; with FSDP's CPU offload the parameters the optimizer updates are on the CPU.
+    fused = device.type == "cuda" and not cpu_offload
     if hp.optimizer == trainingjob.OptimizerName.SGD:
         return torch.optim.SGD(
             params,
@@ -81,15 +78,25 @@ class Trainer:
         self.ctx = ctx
         self.device = ctx.device
         self.accum = self.hp.gradient_accumulation_steps
-        self.batch_size = self.hp.batch_size_per_worker
 
-        self.model = workload.model  # unwrapped: checkpoints hold its state dict
-        self.train_model = self._parallelize(workload.model)
-        self.optimizer = build_optimizer(self.model, self.hp, self.device)
+        self.parallel = parallelize.apply(
+            workload.model, blocks=workload.blocks, spec=spec, ctx=ctx, channels_last=workload.channels_last
+        )
+        self.model = self.parallel.model  # what the optimizer and the checkpoints see
+        self.train_model = self.parallel.train_model
+        self.optimizer = build_optimizer(
+            self.model, self.hp, self.device, cpu_offload=self.parallel.cpu_offload
+        )
+
+        self.autocast_dtype = self.parallel.autocast_dtype
+        self.scaler = torch.amp.GradScaler(
+            self.device.type, enabled=spec.precision == trainingjob.Precision.FP16
+        )
 
         self.sampler = data.ResumableDistributedSampler(
             workload.dataset, num_replicas=ctx.world_size, rank=ctx.rank, seed=self.hp.seed
         )
+        self.batch_size = self._choose_batch_size()
         self.loader = data.make_loader(
             workload.dataset,
             self.sampler,
@@ -114,41 +121,133 @@ class Trainer:
             min_lr_ratio=self.hp.schedule.min_lr_ratio,
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.schedule)
-        precision = spec.precision
-        self.autocast_dtype = _AUTOCAST_DTYPES.get(precision)
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=precision == trainingjob.Precision.FP16)
 
-        self.step = 0
-        self.epoch = 0
-        self.batches_in_epoch = 0
-        # Report-window accumulators; the loss sum stays on the device until report time.
-        self._loss_sum = torch.zeros((), device=self.device, dtype=torch.float32)
-        self._loss_count = 0
-        self._window_start = time.perf_counter()
-        self._window_step = 0
-        self._last_loss: float | None = None
-        self._ray_reported_step: int | None = None
-        self._last_samples_per_second: float | None = None
+        self.train_state = stateful.TrainState()
+        self.position = stateful.DataPosition(world_size=ctx.world_size)
+        self.reports = runtime.reports
+        self.reports.batch_size_per_worker = self.batch_size
+        self._window = runtime.reports.window
+        self.checkpointer = runtime.checkpointer
+        for name, part in (
+            (stateful.MODEL, stateful.ModelState(self.model)),
+            (stateful.OPTIMIZER, stateful.OptimizerState(self.model, self.optimizer)),
+            (stateful.LR_SCHEDULE, stateful.LRSchedulerState(self.scheduler)),
+            (stateful.GRAD_SCALER, stateful.GradScalerState(self.scaler)),
+            (stateful.TRAIN_STATE, self.train_state),
+            (stateful.SAMPLER, self.position),
+        ):
+            self.checkpointer.register(name, part)
+        # Buffers change in the forward pass (batch-norm statistics, DDP's buffer broadcast): a checkpoint
+        # being staged must then be copied before the next forward, else before the next optimizer step.
+        self._stage_before_forward = any(True for _ in self.model.buffers())
 
-    # -------------------------------------------------------------------------------------------- set-up
-    def _parallelize(self, model: nn.Module) -> nn.Module:
-        model.to(self.device)
-        if self.workload.channels_last:
-            model.to(memory_format=torch.channels_last)
-        ddp_kwargs: dict[str, Any] = {"gradient_as_bucket_view": True}
-        if self.device.type == "cuda":
-            ddp_kwargs["device_ids"] = [self.device.index]
-        parallel: nn.Module = DistributedDataParallel(model, **ddp_kwargs)
-        if self.spec.compile:
-            parallel = torch.compile(parallel)  # type: ignore[assignment]
-        return parallel
+    # The loop's counters live in the checkpointed parts.
+    @property
+    def step(self) -> int:
+        return self.train_state.step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self.train_state.step = value
 
     @property
-    def _ddp(self) -> DistributedDataParallel:
-        module = self.train_model
-        inner = getattr(module, "_orig_mod", module)
-        assert isinstance(inner, DistributedDataParallel)
-        return inner
+    def epoch(self) -> int:
+        return self.position.epoch
+
+    @epoch.setter
+    def epoch(self, value: int) -> None:
+        self.position.epoch = value
+
+    @property
+    def batches_in_epoch(self) -> int:
+        return self.position.batches_in_epoch
+
+    @batches_in_epoch.setter
+    def batches_in_epoch(self, value: int) -> None:
+        self.position.batches_in_epoch = value
+
+    # -------------------------------------------------------------------------------------------- set-up
+    def _choose_batch_size(self) -> int:
+        """``batchSizePerWorker``, or with ``auto`` the finder's choice (``batch_finder``), which also sets
+        the optimizer's base learning rate by the job's rule. Collective."""
+        hp = self.hp
+        if hp.batch_size_per_worker != trainingjob.AUTO:
+            return int(hp.batch_size_per_worker)
+        runtime, ctx = self.runtime, self.ctx
+        path = runtime.paths.batch_size_file
+        earlier = batch_finder.read_choice(path) if ctx.is_rank0 else None
+        choice: batch_finder.Choice | None = runtime.control.broadcast_object(earlier)
+        if choice is None:
+            choice = self._find_batch_size()
+            if ctx.is_rank0:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(choice.to_json())
+        if ctx.is_rank0:
+            batch_finder.log_choice(choice, reused=earlier is not None)
+        for group in self.optimizer.param_groups:
+            group["lr"] = choice.learning_rate
+        return choice.batch_size
+
+    def _find_batch_size(self) -> batch_finder.Choice:
+        search = self.hp.batch_size_search
+        control = self.runtime.control
+        gauge: batch_finder.CudaGauge | batch_finder.CpuGauge
+        if self.device.type == "cuda":
+            gauge = batch_finder.CudaGauge(self.device, headroom=search.memory_headroom)
+        else:
+            memory = batch_finder.quantity_bytes(self.spec.workers.memory_per_worker)
+            gauge = batch_finder.CpuGauge(memory_bytes=memory, processes=1, headroom=search.memory_headroom)
+        budget = int(-control.all_reduce_max(-float(gauge.budget)))  # the smallest budget of all ranks
+        ddp = self.parallel.strategy == trainingjob.ParallelismStrategy.DDP
+        restore = batch_finder.probe_state(model=self.model, optimizer=self.optimizer)
+        self.train_model.train()
+
+        def measure(batch_size: int) -> int | None:
+            inputs, targets = self._probe_batch(batch_size)
+            gauge.reset()
+            peak: int | None
+            try:
+                # DDP: no collective inside a probe (no_sync); FSDP: its collectives are part of the step.
+                self.forward_backward_step(inputs, targets, sync_grads=not ddp)
+                self.optimizer.step()  # learning rate 0: allocates the optimizer state, changes nothing
+                self.optimizer.zero_grad(set_to_none=True)
+                peak = gauge.peak()
+            except (RuntimeError, torch.OutOfMemoryError) as exc:
+                if not batch_finder.is_out_of_memory(exc):
+                    raise
+                self.optimizer.zero_grad(set_to_none=True)
+                peak = None
+            del inputs, targets
+            worst = control.all_reduce_max(float("inf") if peak is None else float(peak))
+            return None if worst == float("inf") else int(worst)
+
+        # A batch can only be as large as one rank's share of an epoch allows (one full optimizer step).
+        largest = min(search.max_batch_size, self.sampler.num_samples // self.accum)
+        try:
+            batch_size, probes = batch_finder.search(
+                measure, budget=budget, multiple_of=search.multiple_of, max_batch=largest, verify_next=ddp
+            )
+        finally:
+            restore()
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            if self.spec.compile:
+                torch._dynamo.reset()  # probing compiled for several shapes; train with the chosen one
+        return batch_finder.Choice(
+            batch_size=batch_size,
+            learning_rate=batch_finder.learning_rate_for(self.hp, batch_size),
+            budget_bytes=budget,
+            probes=tuple(probes),
+        )
+
+    def _probe_batch(self, batch_size: int) -> Batch:
+        dataset = self.workload.dataset
+        indices = [i % len(dataset) for i in range(batch_size)]  # type: ignore[arg-type]
+        getitems = getattr(dataset, "__getitems__", None)
+        cpu_batch = (
+            getitems(indices) if callable(getitems) else default_collate([dataset[i] for i in indices])
+        )
+        return self.workload.to_device(cpu_batch, self.device)
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.autocast_dtype is None:
@@ -160,8 +259,7 @@ class Trainer:
         self, inputs: torch.Tensor, targets: torch.Tensor, *, sync_grads: bool
     ) -> torch.Tensor:
         """Forward and backward of one micro-batch; returns the (detached) unscaled loss."""
-        sync = contextlib.nullcontext() if sync_grads else self._ddp.no_sync()
-        with sync:
+        with self.parallel.gradient_sync(sync_grads):
             with self._autocast():
                 outputs = self.train_model(inputs)
                 loss = self.workload.loss_fn(outputs, targets)
@@ -170,105 +268,47 @@ class Trainer:
 
     def train_step(self, micro_batches: list[Batch]) -> None:
         """One optimizer step over ``gradient_accumulation_steps`` micro-batches."""
+        if self._stage_before_forward:
+            self.checkpointer.wait_for_staging()
         last = len(micro_batches) - 1
         for index, (inputs, targets) in enumerate(micro_batches):
             loss = self.forward_backward_step(inputs, targets, sync_grads=index == last)
-            self._loss_sum += loss.float()
-        self._loss_count += len(micro_batches)
+            self._window.add_loss(loss)
         if self.hp.gradient_clip_norm is not None:
             self.scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.hp.gradient_clip_norm, foreach=True)
+        self.checkpointer.wait_for_staging()
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
 
     # ------------------------------------------------------------------------------------ checkpoints
-    def _payload(self) -> dict[str, Any]:
-        return {
-            MODEL_FILE: checkpoint.to_cpu(self.model.state_dict()),
-            OPTIMIZER_FILE: checkpoint.to_cpu(self.optimizer.state_dict()),
-            TRAIN_STATE_FILE: {
-                # The schedule itself is rebuilt from the spec (maxSteps may change between attempts).
-                "scheduler": {**self.scheduler.state_dict(), "lr_lambdas": [None]},
-                "scaler": self.scaler.state_dict(),
-                "step": self.step,
-                "epoch": self.epoch,
-                "batches_in_epoch": self.batches_in_epoch,
-                "world_size": self.ctx.world_size,
-            },
-        }
-
     def save_checkpoint(self, *, wait: bool = False) -> None:
-        self.runtime.save(
+        self.checkpointer.save(
             step=self.step,
             epoch=self.epoch,
-            payload_fn=self._payload,
             progress={
                 "batchesInEpoch": self.batches_in_epoch,
                 "samplesInEpoch": self.batches_in_epoch * self.batch_size * self.ctx.world_size,
             },
-            metrics_values={} if self._last_loss is None else {"loss": self._last_loss},
+            metrics={} if self.reports.last_loss is None else {"loss": self.reports.last_loss},
             wait=wait,
+            async_staging=True,
         )
 
     def restore(self) -> None:
-        saved = self.runtime.restore()
-        if saved is None:
-            return
-        self.model.load_state_dict(saved.load(MODEL_FILE))
-        self.optimizer.load_state_dict(saved.load(OPTIMIZER_FILE))
-        state = saved.load(TRAIN_STATE_FILE)
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.scaler.load_state_dict(state["scaler"])
-        self.step = int(state["step"])
-        self.epoch = int(state["epoch"])
-        batches = int(state["batches_in_epoch"])
-        saved_world = int(state.get("world_size", self.ctx.world_size))
-        if saved_world != self.ctx.world_size:
-            # Same global position, re-split over the new number of ranks.
-            batches = batches * saved_world // self.ctx.world_size
-            log.warning(
-                "world size changed %d -> %d: data order resumes approximately",
-                saved_world,
-                self.ctx.world_size,
-            )
-        self.batches_in_epoch = batches
-        if self.ctx.is_rank0:
-            self.runtime.metrics.checkpoint_last_step.set(self.step)
+        self.checkpointer.load()
 
     # --------------------------------------------------------------------------------------- reporting
     def report(self, *, to_ray: bool) -> None:
-        now = time.perf_counter()
-        local_loss = float(self._loss_sum.item()) / self._loss_count if self._loss_count else self._last_loss
-        steps = self.step - self._window_step
-        elapsed = max(now - self._window_start, 1e-9)
-        samples = steps * self.accum * self.batch_size * self.ctx.world_size
-        # A report with no new steps (the final one) repeats the last window's throughput.
-        samples_per_second = samples / elapsed if steps else self._last_samples_per_second
-        eta = (
-            (self.total_steps - self.step) * elapsed / steps
-            if steps
-            else (0.0 if self.step >= self.total_steps else None)
-        )
-        self._last_samples_per_second = samples_per_second
-        loss = self.runtime.report(
+        self.reports.report(
             step=self.step,
             total_steps=self.total_steps,
             epoch=self.epoch,
-            local_loss=local_loss,
-            samples_per_second=samples_per_second,
-            eta_seconds=eta,
             to_ray=to_ray,
+            learning_rate=float(self.optimizer.param_groups[0]["lr"]),
         )
-        if loss is not None:
-            self._last_loss = loss
-        if to_ray:
-            self._ray_reported_step = self.step
-        self._loss_sum.zero_()
-        self._loss_count = 0
-        self._window_start = now  # the report's own cost counts against the next window's throughput
-        self._window_step = self.step
 
     # ------------------------------------------------------------------------------------------- loop
     def _epoch_batches(self) -> Iterator[list[Batch]]:
@@ -287,7 +327,7 @@ class Trainer:
             self.report(to_ray=decision.ray_report)
         if decision.checkpoint:
             self.save_checkpoint(wait=decision.stop)
-        self.runtime.maybe_inject_failure(step=self.step, checkpointed_now=decision.checkpoint)
+        self.runtime.injector.after_step(self.step, checkpointed_now=decision.checkpoint)
 
     def train(self) -> Outcome:
         self.restore()
@@ -303,24 +343,20 @@ class Trainer:
                 self.ctx.world_size,
             )
         self.train_model.train()
-        runtime.reset_clocks()
-        self._window_start = time.perf_counter()
-        self._window_step = self.step
-        step_seconds = runtime.metrics.step_seconds
-        last = time.perf_counter()
+        runtime.schedule.reset_clocks()
+        self.reports.start(self.step)
+        samples_per_step = self.accum * self.batch_size
         outcome = Outcome.COMPLETED
         while self.step < self.total_steps and outcome == Outcome.COMPLETED:
             for group in self._epoch_batches():
                 self.train_step(group)
                 self.step += 1
                 self.batches_in_epoch += self.accum
-                now = time.perf_counter()
-                step_seconds.observe(now - last)
-                last = now
-                decision = runtime.poll(self.step)
+                self.reports.step_finished(self.step, samples=samples_per_step)
+                decision = runtime.schedule.poll(self.step)
                 self._after_step(decision)
                 if decision.stop:
-                    outcome = Outcome.PREEMPTED if decision.preempt else Outcome.STOPPED
+                    outcome = decision.outcome
                     break
                 if self.step >= self.total_steps:
                     break
@@ -331,11 +367,11 @@ class Trainer:
 
     def _finish(self, outcome: Outcome) -> Outcome:
         if outcome == Outcome.COMPLETED:
-            if self._loss_count or self._ray_reported_step != self.step:
+            if self.reports.needs_final_report(self.step):
                 self.report(to_ray=True)
-            if self.runtime.last_checkpoint_step != self.step:
+            if self.checkpointer.last_step != self.step:
                 self.save_checkpoint(wait=True)
-        self.runtime.write_outcome(outcome, self.step)
+        self.runtime.record.outcome(outcome.value, self.step)
         if self.ctx.is_rank0:
             log.info("training %s at step %d of %d", outcome.value, self.step, self.total_steps)
         return outcome

@@ -2,9 +2,10 @@
 
 The function is called once per worker as ``function(ctx)`` with a ``Context`` that offers the same services
 as the built-in loop: the free-form ``spec.workload.config`` (``ctx.config``), rank / world size / device,
-``prepare_model`` (device + DDP), checkpoint ``save_checkpoint`` / ``load_checkpoint`` (same atomic,
-verified, pruned checkpoints), and ``step_done`` for metrics, progress reporting and the decisions every
-rank must take together (``checkpoint_due``, ``should_stop``). A minimal loop::
+``prepare_model`` (device + DDP), checkpoint ``save_checkpoint`` / ``load_checkpoint`` (the built-in loop's
+committed, validated, pruned checkpoints; rank 0's state is saved), and ``step_done`` for metrics,
+progress reporting and the decisions every rank must take together (``checkpoint_due``, ``should_stop``).
+A minimal loop::
 
     def train(ctx):
         model = ctx.prepare_model(MyNet())
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -40,10 +40,9 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from trainop.api import trainingjob
-from trainop_trainer import checkpoint
-from trainop_trainer.runtime import Decision, Outcome, Runtime
-
-USER_STATE_FILE = "user_state.pt"
+from trainop_trainer import stateful, step_schedule
+from trainop_trainer.runtime import Runtime
+from trainop_trainer.step_schedule import Outcome
 
 UserFunction = Callable[["Context"], Any]
 
@@ -109,20 +108,13 @@ class Context:
         self.total_steps: int | None = spec.hyperparameters.max_steps
         self.checkpoint_due = False
         self.should_stop = False
-        self._decision = Decision(stop=False, preempt=False, checkpoint=False, report=False)
-        runtime.reset_clocks()
+        self._decision = step_schedule.NOTHING
+        self._reports = runtime.reports
+        self._user_state = stateful.UserState(is_rank0=runtime.ctx.is_rank0)
+        runtime.checkpointer.register(stateful.USER, self._user_state)
         self._epoch = 0
-        self._loss_sum: torch.Tensor | None = None
-        self._loss_count = 0
-        self._samples = 0
-        self._window_start = time.perf_counter()
-        self._window_step: int | None = None
-        self._last_step_time = time.perf_counter()
-        self._last_step = 0
-        self._last_saved_step: int | None = None
-        self._last_loss: float | None = None
-        self._ray_reported_step: int | None = None
-        self._last_sps: float | None = None
+        runtime.schedule.reset_clocks()
+        self._reports.start(0)
 
     def prepare_model(self, model: nn.Module, *, channels_last: bool = False) -> nn.Module:
         """Move ``model`` to this worker's device and wrap it in DDP (``.module`` is your model)."""
@@ -134,35 +126,32 @@ class Context:
 
     def load_checkpoint(self) -> Restored | None:
         """The newest valid checkpoint's state (collective), or None on a fresh start."""
-        saved = self._runtime.restore()
+        saved = self._runtime.checkpointer.load()
         if saved is None:
             return None
-        state = saved.load(USER_STATE_FILE) if saved.has(USER_STATE_FILE) else {}
+        state = self._user_state.restored or {}
+        self._user_state.restored = None
         self._epoch = saved.manifest.epoch
-        self._last_step = saved.step
-        self._last_saved_step = saved.step
+        self._reports.start(saved.step)
         return Restored(step=saved.step, epoch=saved.manifest.epoch, state=state)
 
     def save_checkpoint(self, state: Mapping[str, Any], *, step: int, epoch: int | None = None) -> None:
-        """Save ``state`` (tensors and plain data) as the checkpoint of ``step`` (collective). The write runs
-        in the background, except when training is stopping."""
-        epoch = self._epoch if epoch is None else epoch
-        snapshot = dict(state)
-
-        def payload() -> dict[str, Any]:
-            return {USER_STATE_FILE: checkpoint.to_cpu(snapshot)}
-
-        self._runtime.save(
-            step=step,
-            epoch=epoch,
-            payload_fn=payload,
-            progress={},
-            metrics_values={},
-            wait=self.should_stop,
-        )
-        self._last_saved_step = step
+        """Save ``state`` (tensors and plain data) as the checkpoint of ``step`` (collective; rank 0's
+        ``state`` is what ``load_checkpoint`` returns). ``state`` is copied before this returns, so training
+        may change it at once; the write runs in the background, except when training is stopping."""
+        self._user_state.pending = state
+        try:
+            self._runtime.checkpointer.save(
+                step=step,
+                epoch=self._epoch if epoch is None else epoch,
+                progress={},
+                metrics={},
+                wait=self.should_stop,
+            )
+        finally:
+            self._user_state.pending = None
         self.checkpoint_due = False
-        self._runtime.maybe_inject_failure(step=step, checkpointed_now=True)
+        self._runtime.injector.after_step(step, checkpointed_now=True)
 
     def step_done(
         self,
@@ -176,72 +165,38 @@ class Context:
         """Call after every optimizer step on every rank. Updates metrics, reports at the configured interval,
         and sets ``checkpoint_due`` / ``should_stop`` for this step (the same on every rank)."""
         runtime = self._runtime
-        now = time.perf_counter()
-        runtime.metrics.step_seconds.observe(now - self._last_step_time)
-        self._last_step_time = now
-        if self._window_step is None:
-            self._window_step = self._last_step
         if epoch is not None:
             self._epoch = epoch
         if loss is not None:
-            value = loss.detach().float() if isinstance(loss, torch.Tensor) else torch.tensor(float(loss))
-            self._loss_sum = value if self._loss_sum is None else self._loss_sum + value
-            self._loss_count += 1
-        if samples is not None:
-            self._samples += samples
-        self._last_step = step
-        decision = runtime.poll(step)
+            self._reports.window.add_loss(loss)
+        self._reports.step_finished(step, samples=samples)
+        decision = runtime.schedule.poll(step)
         self._decision = decision
         if decision.report:
             self._report(step, metrics, to_ray=decision.ray_report)
         self.checkpoint_due = decision.checkpoint
         self.should_stop = decision.stop
-        runtime.maybe_inject_failure(step=step, checkpointed_now=False)
+        runtime.injector.after_step(step, checkpointed_now=False)
 
     def _report(self, step: int, metrics: Mapping[str, float] | None, *, to_ray: bool) -> None:
-        now = time.perf_counter()
-        elapsed = max(now - self._window_start, 1e-9)
-        steps = step - (self._window_step or 0)
-        if self._loss_sum is not None:
-            local_loss: float | None = float(self._loss_sum.item()) / self._loss_count
-            self._last_loss = local_loss
-        else:
-            local_loss = self._last_loss
-        samples_per_second = self._samples * self.world_size / elapsed if self._samples else self._last_sps
-        self._last_sps = samples_per_second
-        eta = (self.total_steps - step) * elapsed / steps if self.total_steps and steps > 0 else None
-        self._runtime.report(
-            step=step,
-            total_steps=self.total_steps,
-            epoch=self._epoch,
-            local_loss=local_loss,
-            samples_per_second=samples_per_second,
-            eta_seconds=eta,
-            to_ray=to_ray,
-            extra=metrics,
+        self._reports.report(
+            step=step, total_steps=self.total_steps, epoch=self._epoch, to_ray=to_ray, extra=metrics
         )
-        self._loss_sum, self._loss_count, self._samples = None, 0, 0
-        self._window_start = now
-        if to_ray:
-            self._ray_reported_step = step
-        self._window_step = step
 
     def outcome(self) -> Outcome:
-        if not self._decision.stop:
-            return Outcome.COMPLETED
-        return Outcome.PREEMPTED if self._decision.preempt else Outcome.STOPPED
+        return self._decision.outcome
 
     @property
     def last_step(self) -> int:
-        return self._last_step
+        return self._reports.last_step
 
     @property
     def unreported_steps(self) -> bool:
-        return self._window_step is not None and self._ray_reported_step != self._last_step
+        return self._reports.needs_final_report(self.last_step)
 
     def report_now(self) -> None:
         """Report progress immediately (collective); the loop's final report uses it."""
-        self._report(self._last_step, None, to_ray=True)
+        self._report(self.last_step, None, to_ray=True)
 
 
 def run(runtime: Runtime) -> Outcome:
@@ -254,5 +209,5 @@ def run(runtime: Runtime) -> Outcome:
     outcome = ctx.outcome()
     if outcome == Outcome.COMPLETED and ctx.unreported_steps:
         ctx.report_now()
-    runtime.write_outcome(outcome, ctx.last_step)
+    runtime.record.outcome(outcome.value, ctx.last_step)
     return outcome

@@ -61,7 +61,11 @@ class BuiltinModel(enum.StrEnum):
     RESNET18 = "resnet18"
     RESNET50 = "resnet50"
     GPT_SMALL = "gpt-small"  # GPT-2 small shape, ~124M parameters
+    GPT_MEDIUM = "gpt-medium"  # GPT-3 Medium shape, ~354M parameters
+    GPT_XL = "gpt-xl"  # GPT-3 XL shape, ~1.3B parameters
     GPT_TINY = "gpt-tiny"  # a few layers: CPU tests and the demo
+    BERT_BASE = "bert-base"  # BERT-base shape, masked-LM on tokens, ~110M parameters
+    VIT_B16 = "vit-b16"  # torchvision ViT-B/16, ~86M parameters
     MLP = "mlp"  # a small multilayer perceptron: the CPU demo and exact-resume tests
 
 
@@ -97,6 +101,17 @@ class NetworkProfile(enum.StrEnum):
     ROCE = "roce"
     EFA = "efa"
     TCP = "tcp"
+
+
+class ParallelismStrategy(enum.StrEnum):
+    DDP = "ddp"  # every rank holds the whole model; gradients are all-reduced (DistributedDataParallel)
+    FSDP = "fsdp"  # parameters, gradients and optimizer state sharded over every rank (FSDP2 fully_shard)
+    HSDP = "hsdp"  # sharded over the GPUs of each worker pod, replicated across pods (FSDP2 on a 2-D mesh)
+
+
+class ActivationCheckpointingMode(enum.StrEnum):
+    NONE = "none"
+    BLOCKS = "blocks"  # recompute the activations of the model's repeated blocks in the backward pass
 
 
 class AccessMode(enum.StrEnum):
@@ -181,6 +196,40 @@ class Schedule(base.ApiModel):
     min_lr_ratio: Annotated[float, pydantic.Field(ge=0.0, le=1.0)] = 0.0
 
 
+class LearningRateRule(enum.StrEnum):
+    CONSTANT = "constant"  # learningRate as given, whatever batch the finder chose
+    LINEAR = "linear"  # learningRate x batch / referenceBatchSize (Goyal et al., SGD)
+    SQRT = "sqrt"  # learningRate x sqrt(batch / referenceBatchSize) (Adam-family optimizers)
+
+
+AUTO = "auto"
+
+
+class BatchSizeSearch(base.ApiModel):
+    """With ``batchSizePerWorker: auto``: how the trainer finds the batch (docs/trainer.md, "Batch-size
+    finder")."""
+
+    max_batch_size: Annotated[int, pydantic.Field(ge=1, le=65536)] = pydantic.Field(
+        default=4096, description="The largest per-worker batch the finder considers."
+    )
+    multiple_of: Annotated[int, pydantic.Field(ge=1, le=4096)] = pydantic.Field(
+        default=1, description="The batch is a multiple of this (the finder's resolution)."
+    )
+    memory_headroom: Annotated[float, pydantic.Field(ge=0.0, le=0.5)] = pydantic.Field(
+        default=0.0,
+        description="Fraction of the accelerator memory the chosen batch leaves unused (0: the largest batch "
+        "whose measured training step fits).",
+    )
+    learning_rate_rule: LearningRateRule = pydantic.Field(
+        default=LearningRateRule.CONSTANT,
+        description="How learningRate follows the chosen batch: constant, linear or sqrt in "
+        "batch / referenceBatchSize.",
+    )
+    reference_batch_size: Annotated[int, pydantic.Field(ge=1, le=65536)] = pydantic.Field(
+        default=32, description="The per-worker batch that learningRate was chosen for."
+    )
+
+
 class Hyperparameters(base.ApiModel):
     model_config = pydantic.ConfigDict(
         json_schema_extra={
@@ -197,7 +246,20 @@ class Hyperparameters(base.ApiModel):
     max_steps: Annotated[int, pydantic.Field(ge=1)] | None = pydantic.Field(
         default=None, description="Optimizer steps in total; ends training before epochs if both are set."
     )
-    batch_size_per_worker: Annotated[int, pydantic.Field(ge=1, le=65536)] = 32
+    batch_size_per_worker: Annotated[int, pydantic.Field(ge=1, le=65536)] | Literal["auto"] = pydantic.Field(
+        default=32,
+        description="Samples per worker and micro-batch, or auto: the largest batch whose training step fits "
+        "the accelerator's memory, found before training (see batchSizeSearch).",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "type(self) == int ? (self >= 1 && self <= 65536) : self == 'auto'",
+                    "message": "batchSizePerWorker must be an integer from 1 to 65536, or auto",
+                }
+            ]
+        },
+    )
+    batch_size_search: BatchSizeSearch = pydantic.Field(default_factory=BatchSizeSearch)
     learning_rate: Annotated[float, pydantic.Field(gt=0.0, le=10.0)] = 0.1
     optimizer: OptimizerName = OptimizerName.SGD
     momentum: Annotated[float, pydantic.Field(ge=0.0, lt=1.0)] = 0.9
@@ -207,6 +269,14 @@ class Hyperparameters(base.ApiModel):
     gradient_clip_norm: Annotated[float, pydantic.Field(gt=0.0)] | None = None
     # NumPy's and Ray Tune's generators take seeds below 2^32 (the trainer seeds seed + rank).
     seed: Annotated[int, pydantic.Field(ge=0, le=MAX_SEED)] = 0
+
+    @pydantic.field_validator("batch_size_per_worker", mode="before")
+    @classmethod
+    def _integer_or_auto(cls, value: Any) -> Any:
+        # One message for both arms of the union (pydantic would report each arm's complaint).
+        if value == AUTO or (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65536):
+            return value
+        raise ValueError("must be an integer from 1 to 65536, or auto")
 
     @pydantic.model_validator(mode="after")
     def _has_end(self) -> Hyperparameters:
@@ -347,6 +417,61 @@ class FailurePolicy(base.ApiModel):
     )
 
 
+class ActivationCheckpointing(base.ApiModel):
+    """Trade compute for memory: activations of the chosen blocks are recomputed in the backward pass."""
+
+    mode: ActivationCheckpointingMode = ActivationCheckpointingMode.NONE
+    every: Annotated[int, pydantic.Field(ge=1, le=64)] = pydantic.Field(
+        default=1,
+        description="With mode blocks: checkpoint every n-th block (1: every block; 2: every other one).",
+    )
+
+
+class Parallelism(base.ApiModel):
+    """How the model is spread over the workers (docs/trainer.md, "Parallelism": when to choose which)."""
+
+    model_config = pydantic.ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.cpuOffload) || !self.cpuOffload "
+                    "|| (has(self.strategy) && self.strategy != 'ddp')",
+                    "message": "parallelism.cpuOffload offloads FSDP's shards: set parallelism.strategy to "
+                    "fsdp or hsdp, or remove cpuOffload",
+                }
+            ]
+        }
+    )
+
+    strategy: ParallelismStrategy = pydantic.Field(
+        default=ParallelismStrategy.DDP,
+        description="ddp (whole model on every GPU), fsdp (sharded over all GPUs, FSDP2) or hsdp (sharded "
+        "within each worker pod, replicated across pods).",
+    )
+    reshard_after_forward: bool = pydantic.Field(
+        default=True,
+        description="fsdp/hsdp: free the gathered parameters after the forward pass and gather them again "
+        "for the backward pass (less memory); false keeps them until the backward pass (less communication).",
+    )
+    cpu_offload: bool = pydantic.Field(
+        default=False,
+        description="fsdp/hsdp on GPUs: keep the sharded parameters, gradients and optimizer state in host "
+        "memory (the optimizer step runs on the CPU): for models whose state does not fit the GPUs.",
+    )
+    activation_checkpointing: ActivationCheckpointing = pydantic.Field(
+        default_factory=ActivationCheckpointing
+    )
+
+    @pydantic.model_validator(mode="after")
+    def _offload_needs_sharding(self) -> Parallelism:
+        if self.cpu_offload and self.strategy == ParallelismStrategy.DDP:
+            raise ValueError(
+                "parallelism.cpuOffload offloads FSDP's shards: set parallelism.strategy to fsdp or hsdp, or "
+                "remove cpuOffload"
+            )
+        return self
+
+
 class Network(base.ApiModel):
     profile: NetworkProfile = NetworkProfile.AUTO
     nccl_env: dict[Annotated[str, pydantic.Field(pattern=NCCL_ENV_KEY_PATTERN)], str] = pydantic.Field(
@@ -414,6 +539,7 @@ class TrainingJobSpec(base.ApiModel):
     hyperparameters: Hyperparameters
     precision: Precision = Precision.BF16
     compile: bool = pydantic.Field(default=False, description="Wrap the model in torch.compile.")
+    parallelism: Parallelism = pydantic.Field(default_factory=Parallelism)
     workers: Workers = pydantic.Field(default_factory=Workers)
     checkpoint: Checkpoint = pydantic.Field(default_factory=Checkpoint)
     failure_policy: FailurePolicy = pydantic.Field(default_factory=FailurePolicy)
@@ -427,6 +553,31 @@ class TrainingJobSpec(base.ApiModel):
     def _precision_fits_device(self) -> TrainingJobSpec:
         if self.workers.gpus_per_worker == 0 and self.precision == Precision.FP16:
             raise ValueError(FP16_NEEDS_GPUS)
+        return self
+
+    @pydantic.model_validator(mode="after")
+    def _auto_batch_needs_a_builtin_model(self) -> TrainingJobSpec:
+        if self.hyperparameters.batch_size_per_worker == AUTO and self.workload.entrypoint is not None:
+            raise ValueError(
+                "hyperparameters.batchSizePerWorker auto probes a built-in model's training step; a user "
+                "entrypoint chooses its own batch: set an integer batchSizePerWorker"
+            )
+        return self
+
+    @pydantic.model_validator(mode="after")
+    def _sharding_fits_precision_and_device(self) -> TrainingJobSpec:
+        sharded = self.parallelism.strategy != ParallelismStrategy.DDP
+        if sharded and self.precision == Precision.FP16:
+            raise ValueError(
+                "precision fp16 is not supported with parallelism.strategy "
+                f"{self.parallelism.strategy.value} (its loss scaling is per rank, and sharded gradients "
+                "need one decision for all): use bf16"
+            )
+        if self.parallelism.cpu_offload and self.workers.gpus_per_worker == 0:
+            raise ValueError(
+                "parallelism.cpuOffload moves sharded state from the GPUs to host memory: set "
+                "workers.gpusPerWorker >= 1 or remove cpuOffload"
+            )
         return self
 
     @pydantic.model_validator(mode="after")
@@ -482,6 +633,13 @@ class Progress(base.ApiModel):
     percent: float | None = None
     eta_seconds: float | None = None
     worker_restarts: int = pydantic.Field(default=0, description="Worker-group restarts inside this attempt.")
+    batch_size_per_worker: int | None = pydantic.Field(
+        default=None,
+        description="The batch each worker trains with (with batchSizePerWorker auto: the finder's choice).",
+    )
+    learning_rate: float | None = pydantic.Field(
+        default=None, description="The learning rate of the last step (schedule and batch rule applied)."
+    )
     updated: str | None = None
 
 

@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from trainop_trainer import config as config_module
     from trainop_trainer import ray_train
-    from trainop_trainer.runtime import configure_logging
+    from trainop_trainer.logs import configure_logging
     from trainop_trainer.sweep import driver, space
 
     configure_logging(rank=None)

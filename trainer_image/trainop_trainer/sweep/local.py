@@ -215,7 +215,7 @@ def _run_sweep(
     out: TextIO,
 ) -> int:
     from trainop_trainer import ray_train
-    from trainop_trainer.runtime import configure_logging
+    from trainop_trainer.logs import configure_logging
     from trainop_trainer.sweep import driver, space
 
     name = sweep.metadata.name

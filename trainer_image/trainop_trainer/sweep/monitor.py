@@ -35,7 +35,7 @@ from typing import Any
 from ray.tune import Callback, Stopper
 
 from trainop.api import trainer_config, tuningsweep
-from trainop_trainer import checkpoint, status
+from trainop_trainer import run_record, status
 from trainop_trainer.sweep import book as book_module
 from trainop_trainer.sweep import layout, space
 
@@ -236,7 +236,7 @@ class SweepMonitor(Callback):
         fingerprint = (json.dumps(records, sort_keys=True), json.dumps(rows, sort_keys=True, default=str))
         if not force and fingerprint == self._last_published:
             return
-        records["updated"] = checkpoint.utc_now()
+        records["updated"] = run_record.utc_now()
         self.publisher.publish(records, rows)
         self._last_published = fingerprint
         self._last_publish_time = now

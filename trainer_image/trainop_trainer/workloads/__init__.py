@@ -16,7 +16,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from trainop.api import trainingjob
-from trainop_trainer.workloads import datasets, models
+from trainop_trainer.workloads import datasets, encoders, models
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -33,6 +33,9 @@ class Workload:
     # Moves a CPU batch to the device (non-blocking) and finishes preprocessing there.
     to_device: Callable[[Batch, torch.device], Batch]
     channels_last: bool = False
+    # Names of the repeated blocks (transformer layers, residual blocks): the units FSDP shards, activation
+    # checkpointing recomputes and compile compiles one by one (parallelize.py).
+    blocks: tuple[str, ...] = ()
 
 
 def classification_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -87,7 +90,7 @@ def _images(spec: trainingjob.TrainingJobSpec, seed: int) -> Dataset[Batch]:
     )
 
 
-def _tokens(spec: trainingjob.TrainingJobSpec, seed: int, vocab_size: int) -> Dataset[Batch]:
+def _tokens(spec: trainingjob.TrainingJobSpec, seed: int, vocab_size: int) -> datasets.BatchedDataset:
     ds = spec.workload.dataset
     if ds.kind == trainingjob.DatasetKind.SYNTHETIC:
         return datasets.SyntheticTokens(
@@ -97,8 +100,8 @@ def _tokens(spec: trainingjob.TrainingJobSpec, seed: int, vocab_size: int) -> Da
         assert ds.path is not None
         return datasets.TokenFile(ds.path, sequence_length=ds.sequence_length, vocab_size=vocab_size)
     raise ValueError(
-        f"spec.workload.dataset.kind {ds.kind.value} holds images, but GPT models need tokens: use synthetic "
-        "or tokens"
+        f"spec.workload.dataset.kind {ds.kind.value} holds images, but model {spec.workload.model} needs "
+        "tokens: use synthetic or tokens"
     )
 
 
@@ -113,15 +116,50 @@ def build(spec: trainingjob.TrainingJobSpec) -> Workload:
     # Parameters are initialised from the job's seed, identically on every rank and every attempt.
     torch.manual_seed(seed)
     if model_name in (trainingjob.BuiltinModel.RESNET18, trainingjob.BuiltinModel.RESNET50):
+        resnet_model = models.resnet(model_name.value, num_classes=ds.num_classes)
         return Workload(
             name=model_name.value,
-            model=models.resnet(model_name.value, num_classes=ds.num_classes),
+            model=resnet_model,
             dataset=_images(spec, seed),
             loss_fn=classification_loss,
             to_device=ImageToDevice(channels_last=True),
             channels_last=True,
+            blocks=models.block_names(model_name.value, resnet_model),
         )
-    if model_name in (trainingjob.BuiltinModel.GPT_SMALL, trainingjob.BuiltinModel.GPT_TINY):
+    if model_name == trainingjob.BuiltinModel.VIT_B16:
+        vit = encoders.vit(image_size=ds.image_size, num_classes=ds.num_classes, config=workload.config)
+        return Workload(
+            name=model_name.value,
+            model=vit,
+            dataset=_images(spec, seed),
+            loss_fn=classification_loss,
+            to_device=ImageToDevice(channels_last=False),
+            blocks=encoders.block_names(vit),
+        )
+    if model_name == trainingjob.BuiltinModel.BERT_BASE:
+        bert = encoders.bert(block_size=ds.sequence_length, config=workload.config)
+        vocab_size = bert.config.vocab_size
+        mask_token_id = models.positive_int(workload.config, "maskTokenId", vocab_size - 1)
+        if mask_token_id >= vocab_size:
+            raise ValueError(
+                f"spec.workload.config.maskTokenId {mask_token_id} is outside the vocabulary of "
+                f"{vocab_size}: choose an id below vocabSize"
+            )
+        return Workload(
+            name=model_name.value,
+            model=bert,
+            dataset=datasets.MaskedTokens(
+                _tokens(spec, seed, vocab_size),
+                vocab_size=vocab_size,
+                mask_token_id=mask_token_id,
+                seed=seed,
+                ignore_index=encoders.IGNORE_INDEX,
+            ),
+            loss_fn=encoders.masked_lm_loss,
+            to_device=plain_to_device,
+            blocks=encoders.block_names(bert),
+        )
+    if model_name.value in models.GPT_PRESETS:
         gpt = models.gpt(model_name.value, block_size=ds.sequence_length, config=workload.config)
         return Workload(
             name=model_name.value,
@@ -129,6 +167,7 @@ def build(spec: trainingjob.TrainingJobSpec) -> Workload:
             dataset=_tokens(spec, seed, gpt.config.vocab_size),
             loss_fn=language_model_loss,
             to_device=plain_to_device,
+            blocks=models.block_names(model_name.value, gpt),
         )
     if ds.kind != trainingjob.DatasetKind.SYNTHETIC:
         raise ValueError("model mlp trains on spec.workload.dataset.kind synthetic only")
@@ -142,4 +181,5 @@ def build(spec: trainingjob.TrainingJobSpec) -> Workload:
         ),
         loss_fn=classification_loss,
         to_device=plain_to_device,
+        blocks=models.block_names(model_name.value, mlp),
     )

@@ -11,6 +11,7 @@ calls and the collate step: the synthetic sets, CIFAR-10 and token files do.
 - ``Cifar10``: the "python version" pickled batches (``data_batch_1..5``) from a directory.
 - ``imagefolder``: ``torchvision.datasets.ImageFolder`` with random-resized-crop and flip to uint8.
 - ``TokenFile``: a flat memory-mapped ``uint16`` token file cut into non-overlapping windows.
+- ``MaskedTokens``: any of the token sets above, masked for masked-LM training (BERT's 15 % rule).
 
 All synthetic data is a pure function of (seed, index), so every rank and every attempt sees the same
 samples for the same indices: the sampler alone decides the order (see ``sampler.py``).
@@ -180,3 +181,47 @@ def image_folder(path: str, *, image_size: int) -> Dataset[Any]:
     )
     dataset: Dataset[Any] = torchvision.datasets.ImageFolder(str(root), transform=transform)
     return dataset
+
+
+class MaskedTokens(BatchedDataset):
+    """Masked-LM samples from a token dataset: of each window's tokens, 15 % are chosen; of those, 80 % become
+    ``mask_token_id``, 10 % a random token, 10 % stay. Targets are the original tokens at chosen positions
+    and ``ignore_index`` elsewhere. The choice is drawn from a generator seeded by (seed, sample index): the
+    same sample is masked the same way in every epoch, on every rank and after every resume."""
+
+    def __init__(
+        self,
+        tokens: BatchedDataset,
+        *,
+        vocab_size: int,
+        mask_token_id: int,
+        seed: int,
+        ignore_index: int = -100,
+        mask_probability: float = 0.15,
+    ) -> None:
+        self.tokens = tokens
+        self.vocab_size = vocab_size
+        self.mask_token_id = mask_token_id
+        self.seed = seed
+        self.ignore_index = ignore_index
+        self.mask_probability = mask_probability
+
+    def __len__(self) -> int:
+        return len(self.tokens)  # type: ignore[arg-type]
+
+    def __getitems__(self, indices: Sequence[int]) -> Batch:
+        windows, _ = self.tokens.__getitems__(indices)
+        inputs = windows.clone()
+        targets = torch.full_like(windows, self.ignore_index)
+        g = torch.Generator()
+        for row, index in enumerate(indices):
+            g.manual_seed(self.seed * 1_000_003 + int(index))
+            length = windows.shape[1]
+            chosen = torch.rand(length, generator=g) < self.mask_probability
+            action = torch.rand(length, generator=g)
+            random_tokens = torch.randint(0, self.vocab_size, (length,), generator=g, dtype=windows.dtype)
+            targets[row, chosen] = windows[row, chosen]
+            inputs[row, chosen & (action < 0.8)] = self.mask_token_id
+            swap = chosen & (action >= 0.8) & (action < 0.9)
+            inputs[row, swap] = random_tokens[swap]
+        return inputs, targets

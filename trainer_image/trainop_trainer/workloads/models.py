@@ -1,12 +1,20 @@
-"""The built-in models: ResNet-18/50 (torchvision, untrained), GPT (small and tiny) and an MLP.
+"""The built-in models: ResNet-18/50 (torchvision, untrained), the GPT family and an MLP.
 
-GPT follows the GPT-2 shape (learned positions, pre-LayerNorm blocks, GELU MLP, output head tied to the token
-embedding) with attention through ``F.scaled_dot_product_attention`` so that flash/efficient kernels are
-used on GPUs. ``gpt-small`` is the 124M-parameter GPT-2 small (vocabulary padded to 50304, a multiple of
-64, for efficient matrix shapes); ``gpt-tiny`` is two narrow layers for CPU tests.
+GPT is the GPT-2 architecture (learned positions, pre-LayerNorm blocks, GELU MLP, output head tied to the
+token embedding) with attention through ``F.scaled_dot_product_attention`` so that flash/efficient kernels
+are used on GPUs; the vocabulary is GPT-2's padded to 50304 (a multiple of 64) for efficient matrix shapes.
+Sizes (``GPT_PRESETS``):
 
-Every model can be shaped through ``spec.workload.config`` (camelCase keys): ``vocabSize``, ``numLayers``,
-``numHeads``, ``embedDim``, ``dropout`` for GPT; ``inputDim``, ``hiddenDim``, ``numLayers`` for the MLP.
+- ``gpt-tiny``: two narrow layers, for CPU tests;
+- ``gpt-small``: GPT-2 small, 124M parameters (12 layers, width 768, 12 heads);
+- ``gpt-medium``: GPT-3 Medium / GPT-2 medium, 354M (24 layers, width 1024, 16 heads of 64);
+- ``gpt-xl``: GPT-3 XL, 1.31B (24 layers, width 2048, 16 heads of 128; the GPT-3 paper's table lists 24
+  heads of 128, which does not divide the width, so heads of 128 at width 2048 it is).
+
+The context length is the dataset's ``sequenceLength`` (GPT-3 used 2048). Every model can be shaped
+through ``spec.workload.config`` (camelCase keys): ``vocabSize``, ``numLayers``, ``numHeads``, ``embedDim``,
+``dropout`` for GPT; ``inputDim``, ``hiddenDim``, ``numLayers`` for the MLP. The encoders (BERT, ViT) are in
+``encoders.py``.
 """
 
 from __future__ import annotations
@@ -30,14 +38,21 @@ class GPTConfig:
     dropout: float = 0.0
 
 
-GPT_SMALL = {"vocab_size": 50304, "num_layers": 12, "num_heads": 12, "embed_dim": 768}
-GPT_TINY = {"vocab_size": 1024, "num_layers": 2, "num_heads": 4, "embed_dim": 128}
+GPT_PRESETS: dict[str, dict[str, int]] = {
+    "gpt-tiny": {"vocab_size": 1024, "num_layers": 2, "num_heads": 4, "embed_dim": 128},
+    "gpt-small": {"vocab_size": 50304, "num_layers": 12, "num_heads": 12, "embed_dim": 768},
+    "gpt-medium": {"vocab_size": 50304, "num_layers": 24, "num_heads": 16, "embed_dim": 1024},
+    "gpt-xl": {"vocab_size": 50304, "num_layers": 24, "num_heads": 16, "embed_dim": 2048},
+}
 
 
-class CausalSelfAttention(nn.Module):
-    def __init__(self, config: GPTConfig) -> None:
+class SelfAttention(nn.Module):
+    """Multi-head self-attention; causal for decoders, bidirectional for encoders."""
+
+    def __init__(self, config: GPTConfig, *, causal: bool = True) -> None:
         super().__init__()
         self.num_heads = config.num_heads
+        self.causal = causal
         self.qkv = nn.Linear(config.embed_dim, 3 * config.embed_dim)
         self.proj = nn.Linear(config.embed_dim, config.embed_dim)
         self.dropout = config.dropout
@@ -48,17 +63,19 @@ class CausalSelfAttention(nn.Module):
         shape = (batch, length, self.num_heads, channels // self.num_heads)
         q, k, v = (t.view(shape).transpose(1, 2) for t in (q, k, v))
         y = F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
+            q, k, v, is_causal=self.causal, dropout_p=self.dropout if self.training else 0.0
         )
         out: torch.Tensor = self.proj(y.transpose(1, 2).contiguous().view(batch, length, channels))
         return out
 
 
 class Block(nn.Module):
-    def __init__(self, config: GPTConfig) -> None:
+    """A pre-LayerNorm transformer block (attention, then a GELU MLP of 4x the width)."""
+
+    def __init__(self, config: GPTConfig, *, causal: bool = True) -> None:
         super().__init__()
         self.ln1 = nn.LayerNorm(config.embed_dim)
-        self.attn = CausalSelfAttention(config)
+        self.attn = SelfAttention(config, causal=causal)
         self.ln2 = nn.LayerNorm(config.embed_dim)
         self.mlp = nn.Sequential(
             nn.Linear(config.embed_dim, 4 * config.embed_dim),
@@ -129,25 +146,30 @@ class MLP(nn.Module):
         return out
 
 
-def _int(config: dict[str, Any], key: str, default: int) -> int:
+def positive_int(config: dict[str, Any], key: str, default: int) -> int:
     value = config.get(key, default)
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"spec.workload.config.{key} must be a positive integer (got {value!r})")
     return value
 
 
-def gpt(size: str, *, block_size: int, config: dict[str, Any]) -> GPT:
-    base = GPT_SMALL if size == "gpt-small" else GPT_TINY
+def dropout_of(config: dict[str, Any]) -> float:
     dropout = config.get("dropout", 0.0)
     if not isinstance(dropout, (int, float)) or not 0.0 <= float(dropout) < 1.0:
         raise ValueError(f"spec.workload.config.dropout must be in [0, 1) (got {dropout!r})")
+    return float(dropout)
+
+
+def gpt(size: str, *, block_size: int, config: dict[str, Any]) -> GPT:
+    base = GPT_PRESETS[size]
+    dropout = dropout_of(config)
     return GPT(
         GPTConfig(
-            vocab_size=_int(config, "vocabSize", base["vocab_size"]),
+            vocab_size=positive_int(config, "vocabSize", base["vocab_size"]),
             block_size=block_size,
-            num_layers=_int(config, "numLayers", base["num_layers"]),
-            num_heads=_int(config, "numHeads", base["num_heads"]),
-            embed_dim=_int(config, "embedDim", base["embed_dim"]),
+            num_layers=positive_int(config, "numLayers", base["num_layers"]),
+            num_heads=positive_int(config, "numHeads", base["num_heads"]),
+            embed_dim=positive_int(config, "embedDim", base["embed_dim"]),
             dropout=float(dropout),
         )
     )
@@ -155,11 +177,26 @@ def gpt(size: str, *, block_size: int, config: dict[str, Any]) -> GPT:
 
 def mlp(*, num_classes: int, config: dict[str, Any]) -> MLP:
     return MLP(
-        input_dim=_int(config, "inputDim", 32),
-        hidden_dim=_int(config, "hiddenDim", 64),
-        num_layers=_int(config, "numLayers", 2),
+        input_dim=positive_int(config, "inputDim", 32),
+        hidden_dim=positive_int(config, "hiddenDim", 64),
+        num_layers=positive_int(config, "numLayers", 2),
         num_classes=num_classes,
     )
+
+
+def block_names(name: str, model: nn.Module) -> tuple[str, ...]:
+    """The repeated blocks of a built-in model, by module name (see ``Workload.blocks``)."""
+    if isinstance(model, GPT):
+        return tuple(f"blocks.{i}" for i in range(len(model.blocks)))
+    if isinstance(model, MLP):
+        return tuple(f"net.{i}" for i, layer in enumerate(model.net) if isinstance(layer, nn.Linear))
+    if name.startswith("resnet"):
+        return tuple(
+            f"{stage}.{i}"
+            for stage in ("layer1", "layer2", "layer3", "layer4")
+            for i in range(len(getattr(model, stage)))
+        )
+    return ()
 
 
 def resnet(name: str, *, num_classes: int) -> nn.Module:

@@ -1,0 +1,60 @@
+"""Read compatibility: a job whose checkpoints the previous trainer wrote (format 1) resumes on this one.
+
+``data/legacy_v1`` holds steps 20 and 30 of the 2-rank MLP job, written by the trainer before the switch to
+torch.distributed.checkpoint (its README says how). The resumed run must end bitwise equal to an
+uninterrupted run of this trainer: the old files carry the same model, optimizer, schedule, position and
+RNG states. Real torchrun processes, gloo on CPU.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+import subprocess
+
+import torch
+import trainer_support
+
+LEGACY = pathlib.Path(__file__).with_name("data") / "legacy_v1" / "checkpoints"
+
+
+def train(config_path: pathlib.Path) -> str:
+    done = subprocess.run(
+        [
+            trainer_support.PYTHON,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "trainop_trainer.launch",
+            "--config",
+            str(config_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=trainer_support.subprocess_env(OMP_NUM_THREADS="1"),
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    return done.stdout + done.stderr
+
+
+def test_a_format_1_checkpoint_of_the_old_trainer_resumes_bitwise_exactly(tmp_path: pathlib.Path) -> None:
+    # The fixture's job: the same config the previous trainer ran (README of data/legacy_v1).
+    config = trainer_support.mlp_config(tmp_path / "resumed", "legacy-v1", max_steps=60, interval_steps=10)
+    shutil.copytree(LEGACY, trainer_support.run_dir(config) / "checkpoints")
+    train(trainer_support.write_config(config, tmp_path / "resumed.json"))
+
+    resumes = [e for e in trainer_support.events(config) if e["event"] == "resume"]
+    assert [e["step"] for e in resumes] == [30]
+    checkpoints = trainer_support.run_dir(config) / "checkpoints"
+    assert sorted(p.name for p in checkpoints.iterdir()) == [f"step_{s}" for s in (20, 30, 40, 50, 60)]
+    assert not (checkpoints / "step_40" / "model.pt").exists()  # new checkpoints are DCP ones
+
+    straight = config.model_copy(update={"storage_path": str(tmp_path / "straight")})
+    train(trainer_support.write_config(straight, tmp_path / "straight.json"))
+    resumed, reference = trainer_support.final_model(config, 60), trainer_support.final_model(straight, 60)
+    assert resumed.keys() == reference.keys()
+    assert all(torch.equal(resumed[k], reference[k]) for k in reference)

@@ -1,0 +1,151 @@
+"""``spec.parallelism``: FSDP2 and HSDP sharding, activation checkpointing, compile, on real processes.
+
+Real torchrun processes with gloo on CPU (HSDP: two torchrun agents of two processes each, as two pods of
+two GPUs would be), real FSDP2 ``fully_shard``, real torch.compile (Inductor's CPU backend); nothing is
+mocked. Exact resume with FSDP through Ray Train is in ``test_trainer_ray.py``.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+from typing import Any
+
+import pytest
+import torch
+import trainer_support
+
+from trainop_trainer import distributed, parallelize
+from trainop_trainer.workloads import models
+
+
+def torchrun(config_path: pathlib.Path, *, nproc: int, nnodes: int = 1, **env: str) -> list[str]:
+    """Run the launcher on ``nnodes`` local torchrun agents of ``nproc`` processes; returns their logs."""
+    port = distributed.free_port()
+    agents = []
+    for node in range(nnodes):
+        rendezvous = ["--standalone"]
+        if nnodes > 1:
+            rendezvous = ["--nnodes", str(nnodes), "--node-rank", str(node), "--rdzv-backend", "c10d"]
+            rendezvous += ["--rdzv-endpoint", f"127.0.0.1:{port}"]
+        agents.append(
+            subprocess.Popen(
+                [
+                    trainer_support.PYTHON,
+                    "-m",
+                    "torch.distributed.run",
+                    *rendezvous,
+                    "--nproc-per-node",
+                    str(nproc),
+                    "-m",
+                    "trainop_trainer.launch",
+                    "--config",
+                    str(config_path),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=trainer_support.subprocess_env(OMP_NUM_THREADS="1", **env),
+            )
+        )
+    logs = [agent.communicate(timeout=600)[0] for agent in agents]
+    return [f"rc={agent.returncode}\n{log}" for agent, log in zip(agents, logs, strict=True)]
+
+
+def rc(log: str) -> int:
+    return int(log.split("\n", 1)[0].removeprefix("rc="))
+
+
+def test_hsdp_trains_on_two_pods_of_two_and_its_checkpoint_resumes_as_fsdp_on_two_ranks(
+    tmp_path: pathlib.Path,
+) -> None:
+    hsdp = trainer_support.mlp_config(
+        tmp_path, "hsdp", workers=2, max_steps=60, interval_steps=10, parallelism={"strategy": "hsdp"}
+    )
+    path = trainer_support.write_config(hsdp, tmp_path / "hsdp.json")
+    # 4 ranks as 2 pods x 2: shard within a pod, replicate across; rank 3 dies after step 30's checkpoint.
+    logs = torchrun(path, nproc=2, nnodes=2, TRAINOP_INJECT_FAILURE_AT_STEP="30")
+    assert any(rc(log) != 0 for log in logs)
+    assert "injected failure: rank 3 exits at step 30" in "".join(logs)
+    step_30 = trainer_support.run_dir(hsdp) / "checkpoints" / "step_30"
+    assert len(list(step_30.glob("*.distcp"))) == 4 and (step_30 / ".metadata").is_file()
+
+    fsdp = trainer_support.with_spec(hsdp, parallelism={"strategy": "fsdp"})
+    [log] = torchrun(trainer_support.write_config(fsdp, tmp_path / "fsdp.json"), nproc=2)
+
+    assert rc(log) == 0, log[-4000:]
+    assert "world size changed 4 -> 2" in log
+    assert [e["step"] for e in trainer_support.events(fsdp) if e["event"] == "resume"] == [30]
+    assert trainer_support.checkpoint_steps(fsdp)[-1] == 60
+
+
+def _gpt_tiny() -> models.GPT:
+    torch.manual_seed(0)
+    return models.gpt("gpt-tiny", block_size=16, config={"vocabSize": 64, "numLayers": 4})
+
+
+def test_activation_checkpointing_recomputes_the_chosen_blocks_with_the_same_gradients() -> None:
+    plain, checkpointed = _gpt_tiny(), _gpt_tiny()
+    blocks = models.block_names("gpt-tiny", checkpointed)
+    wrapped = parallelize.apply_activation_checkpointing(checkpointed, blocks, every=2)
+    tokens = torch.randint(0, 64, (3, 16), generator=torch.Generator().manual_seed(1))
+
+    grads: list[dict[str, Any]] = []
+    for model in (plain, checkpointed):
+        model(tokens).float().logsumexp(-1).mean().backward()
+        # (named_parameters shows the wrapper; state_dict, which checkpoints use, does not)
+        grads.append(
+            {name.replace("._checkpoint_wrapped_module", ""): p.grad for name, p in model.named_parameters()}
+        )
+
+    assert wrapped == ["blocks.0", "blocks.2"]
+    assert type(checkpointed.blocks[0]).__name__ == "CheckpointWrapper"
+    assert type(checkpointed.blocks[1]).__name__ == "Block"
+    # The state dict keeps the plain names (checkpoints do not depend on the setting).
+    assert checkpointed.state_dict().keys() == plain.state_dict().keys()
+    assert grads[0].keys() == grads[1].keys()
+    assert all(torch.equal(grads[0][k], grads[1][k]) for k in grads[0])
+
+
+def test_every_builtin_model_names_its_repeated_blocks() -> None:
+    assert models.block_names("gpt-tiny", _gpt_tiny()) == ("blocks.0", "blocks.1", "blocks.2", "blocks.3")
+    assert models.block_names("mlp", models.mlp(num_classes=3, config={"numLayers": 2})) == (
+        "net.0",
+        "net.2",
+        "net.4",
+    )
+    resnet50 = models.block_names("resnet50", models.resnet("resnet50", num_classes=10))
+    assert len(resnet50) == 3 + 4 + 6 + 3 and resnet50[0] == "layer1.0" and resnet50[-1] == "layer4.2"
+
+
+@pytest.mark.slow
+def test_fsdp_with_bf16_compile_and_activation_checkpointing_trains_and_resumes(
+    tmp_path: pathlib.Path,
+) -> None:
+    config = trainer_support.mlp_config(
+        tmp_path,
+        "gpt-fsdp-compiled",
+        workers=2,
+        max_steps=6,
+        interval_steps=2,
+        batch_size=4,
+        precision="bf16",
+        workload={
+            "model": "gpt-tiny",
+            "dataset": {"kind": "synthetic", "sequenceLength": 32, "numSamples": 64, "numWorkers": 0},
+            "config": {"vocabSize": 128},
+        },
+        parallelism={"strategy": "fsdp", "activationCheckpointing": {"mode": "blocks"}},
+    )
+    config = trainer_support.with_spec(config, compile=True)
+    path = trainer_support.write_config(config, tmp_path / "trainer.json")
+    [first] = torchrun(path, nproc=2, TRAINOP_INJECT_FAILURE_AT_STEP="4")
+    assert rc(first) != 0 and trainer_support.checkpoint_steps(config)[-1] == 4
+    assert "activation checkpointing on 2 of 2 blocks" in first
+
+    [second] = torchrun(path, nproc=2)
+
+    assert rc(second) == 0, second[-4000:]
+    assert [e["step"] for e in trainer_support.events(config) if e["event"] == "resume"] == [4]
+    assert trainer_support.checkpoint_steps(config)[-1] == 6
+    assert float(trainer_support.status(config)["progress"]["loss"]) > 0

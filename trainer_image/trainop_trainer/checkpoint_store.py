@@ -1,0 +1,255 @@
+"""Where checkpoints live and which of them count: the layout, the commit marker, validation, retention.
+
+Layout, one directory per optimizer step under the run directory (``<storagePath>/<runName>/``)::
+
+    checkpoints/step_<N>/
+        manifest.json        trainop's description: format 2, step, epoch, time, world size, the parts it
+                             holds, position in the epoch, metrics (rank 0 writes it first)
+        __<rank>_<i>.distcp  torch.distributed.checkpoint data, written by every rank in parallel
+        .metadata            DCP's metadata, written by rank 0 once every rank's data is written: the
+                             commit marker
+
+A directory is a checkpoint only once ``.metadata`` is there; without it, it is an interrupted write and
+is deleted when the next writer or reader looks. Format 1 directories (``manifest.json`` with sha256 of
+``model.pt`` etc., written before DCP) are still listed, for one release, and read by ``checkpoint_legacy``.
+
+Validation is cheap on purpose — a stat per file, no hashing: the manifest and DCP's metadata must parse and
+every file the metadata points into must exist and be long enough. That catches a missing or truncated file
+(a node lost mid-copy, a full disk); a bit flip inside tensor data is not detected (format 1's sha256 was,
+at the price of reading every byte again on every resume). A checkpoint that fails validation, or that
+validated but failed to load, is moved aside to ``step_<N>.corrupt`` with a warning, and the previous one is
+used.
+
+Only rank 0 calls the mutating functions. This module must not know about models or ranks: it is the part
+an object store (issue #18) would replace.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import pathlib
+import re
+import shutil
+import uuid
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 2
+LEGACY_FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+DCP_METADATA = ".metadata"  # torch.distributed.checkpoint's metadata file: the commit marker
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+
+
+class CheckpointError(Exception):
+    """A checkpoint directory that cannot be used (one sentence saying why)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    step: int
+    epoch: int
+    time: str
+    world_size: int
+    format: int = FORMAT_VERSION
+    parts: tuple[str, ...] = ()  # the registered parts this checkpoint holds (format 2)
+    # Position inside the epoch and other counters, for people and for status; the loop restores its own
+    # position from the checkpoint's parts.
+    progress: dict[str, int] = dataclasses.field(default_factory=dict)
+    metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+    # Format 1 only: file name -> {"sha256", "bytes"}.
+    files: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+
+    def to_json(self) -> str:
+        data: dict[str, Any] = {
+            "format": self.format,
+            "step": self.step,
+            "epoch": self.epoch,
+            "time": self.time,
+            "worldSize": self.world_size,
+            "parts": list(self.parts),
+            "progress": self.progress,
+            "metrics": self.metrics,
+        }
+        if self.files:
+            data["files"] = self.files
+        return json.dumps(data, indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Manifest:
+        data = json.loads(text)
+        version = data.get("format")
+        if version not in (FORMAT_VERSION, LEGACY_FORMAT_VERSION):
+            raise CheckpointError(f"unknown manifest format {version!r}")
+        return cls(
+            format=int(version),
+            step=int(data["step"]),
+            epoch=int(data["epoch"]),
+            time=str(data["time"]),
+            world_size=int(data["worldSize"]),
+            parts=tuple(str(p) for p in data.get("parts", ())),
+            progress={k: int(v) for k, v in data.get("progress", {}).items()},
+            metrics={k: float(v) for k, v in data.get("metrics", {}).items()},
+            files={k: dict(v) for k, v in data.get("files", {}).items()},
+        )
+
+    @property
+    def legacy(self) -> bool:
+        return self.format == LEGACY_FORMAT_VERSION
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """A committed checkpoint: its directory and its manifest."""
+
+    path: pathlib.Path
+    manifest: Manifest
+
+    @property
+    def step(self) -> int:
+        return self.manifest.step
+
+
+def step_dir_name(step: int) -> str:
+    return f"step_{step}"
+
+
+class CheckpointStore:
+    """The ``checkpoints/`` directory of one run."""
+
+    def __init__(self, root: pathlib.Path) -> None:
+        self.root = root
+
+    def step_path(self, step: int) -> pathlib.Path:
+        return self.root / step_dir_name(step)
+
+    def step_dirs(self) -> list[tuple[int, pathlib.Path]]:
+        """``(step, path)`` of every ``step_<N>`` directory, committed or not, newest first."""
+        if not self.root.is_dir():
+            return []
+        found = []
+        for entry in self.root.iterdir():
+            match = _STEP_DIR.match(entry.name)
+            if match and entry.is_dir():
+                found.append((int(match.group(1)), entry))
+        return sorted(found, reverse=True)
+
+    @staticmethod
+    def is_committed(path: pathlib.Path) -> bool:
+        """Format 2: DCP's metadata is there. Format 1: its manifest is there (written last, then renamed)."""
+        if (path / DCP_METADATA).is_file():
+            return True
+        manifest = path / MANIFEST
+        if not manifest.is_file():
+            return False
+        try:
+            return bool(json.loads(manifest.read_text()).get("format") == LEGACY_FORMAT_VERSION)
+        except ValueError:
+            return False
+
+    def committed_steps(self) -> list[int]:
+        return [step for step, path in self.step_dirs() if self.is_committed(path)]
+
+    # ----------------------------------------------------------------------------------------- writing
+    def prepare(self, manifest: Manifest) -> pathlib.Path:
+        """Rank 0, before a save: an empty ``step_<N>`` holding only the manifest. A directory left there
+        (an interrupted write, or the same step written before a resume from an older checkpoint) is moved
+        aside and deleted first, so that a stale ``.metadata`` can never commit new data."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        path = self.step_path(manifest.step)
+        if path.exists():
+            old = self.root / f".old-{path.name}-{uuid.uuid4().hex[:12]}"
+            path.rename(old)
+            shutil.rmtree(old, ignore_errors=True)
+        # Other ranks' DCP writers may create the directory too (before any of them writes data).
+        path.mkdir(exist_ok=True)
+        tmp = path / (MANIFEST + ".tmp")
+        tmp.write_text(manifest.to_json())
+        tmp.rename(path / MANIFEST)
+        return path
+
+    def prune(self, *, keep_last: int) -> list[pathlib.Path]:
+        """Delete all but the ``keep_last`` newest committed checkpoints; returns what was deleted."""
+        committed = [path for _, path in self.step_dirs() if self.is_committed(path)]
+        removed = []
+        for path in committed[keep_last:]:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        return removed
+
+    def remove_stale(self) -> None:
+        """Leftovers of a writer that died: ``.old-*``/``.tmp-*`` directories and uncommitted step dirs.
+        Call only when no save is in flight (a new worker group, before its first save)."""
+        if not self.root.is_dir():
+            return
+        for entry in self.root.iterdir():
+            if entry.name.startswith((".tmp-", ".old-")):
+                shutil.rmtree(entry, ignore_errors=True)
+        for _, path in self.step_dirs():
+            if not self.is_committed(path):
+                log.warning("removing %s: an interrupted checkpoint write (no %s)", path, DCP_METADATA)
+                shutil.rmtree(path, ignore_errors=True)
+
+    def quarantine(self, path: pathlib.Path) -> pathlib.Path:
+        """Move a broken checkpoint aside (kept for a look, never picked again)."""
+        target = path.with_name(f"{path.name}.corrupt")
+        if target.exists():
+            target = path.with_name(f"{path.name}.corrupt-{uuid.uuid4().hex[:8]}")
+        path.rename(target)
+        log.warning("moved %s aside to %s", path.name, target.name)
+        return target
+
+    # ----------------------------------------------------------------------------------------- reading
+    def validate(self, path: pathlib.Path) -> Manifest:
+        """The manifest of a complete checkpoint directory; ``CheckpointError`` (saying why) otherwise."""
+        manifest_path = path / MANIFEST
+        if not manifest_path.is_file():
+            raise CheckpointError("no manifest.json (an interrupted or foreign write)")
+        try:
+            manifest = Manifest.from_json(manifest_path.read_text())
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CheckpointError(f"unreadable manifest.json ({exc})") from None
+        if manifest.legacy:
+            from trainop_trainer import checkpoint_legacy
+
+            checkpoint_legacy.verify(path, manifest)
+            return manifest
+        _validate_dcp(path)
+        return manifest
+
+    def newest_valid(self) -> Checkpoint | None:
+        """The newest checkpoint that validates; broken newer ones are logged and moved aside."""
+        for _, path in self.step_dirs():
+            if not self.is_committed(path):
+                continue
+            try:
+                return Checkpoint(path=path, manifest=self.validate(path))
+            except CheckpointError as exc:
+                log.warning(
+                    "checkpoint %s is unusable: %s; falling back to the previous checkpoint", path, exc
+                )
+                self.quarantine(path)
+        return None
+
+
+def _validate_dcp(path: pathlib.Path) -> None:
+    from torch.distributed.checkpoint.filesystem import FileSystemReader
+
+    try:
+        metadata = FileSystemReader(str(path)).read_metadata()
+    except Exception as exc:
+        raise CheckpointError(f"unreadable {DCP_METADATA} ({type(exc).__name__}: {exc})") from None
+    needed: dict[str, int] = {}
+    for info in (metadata.storage_data or {}).values():
+        end = int(info.offset) + int(info.length)
+        needed[info.relative_path] = max(end, needed.get(info.relative_path, 0))
+    for name, end in sorted(needed.items()):
+        file = path / name
+        if not file.is_file():
+            raise CheckpointError(f"{name} is missing")
+        size = file.stat().st_size
+        if size < end:
+            raise CheckpointError(f"{name} has {size} bytes, the metadata needs {end}")

@@ -1,0 +1,208 @@
+"""Progress reports: one report window, shared by the built-in loop and user entrypoints.
+
+- ``ReportWindow``: this rank's arithmetic between two reports — the loss summed on the device (read only at
+  report time, so the hot loop never synchronises with the GPU), the samples and steps done, the wall time —
+  and what a report says about it: local mean loss, global samples per second (local samples x world
+  size / seconds), ETA. A report with no new steps (the final one) repeats the previous throughput and
+  loss.
+- ``ProgressReports``: publishes a closed window, collectively (every rank, same step): the loss averaged over
+  ranks through the control channel, the Prometheus metrics, rank 0's status record, and — when the step
+  schedule says so — ``ray.train.report`` (a barrier across ranks; every rank passes the same flag).
+
+It must not decide when to report (``step_schedule`` does) nor know about models or data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from trainop_trainer import distributed, metrics
+from trainop_trainer.status import StatusReporter
+
+log = logging.getLogger(__name__)
+
+ReportFn = Callable[[dict[str, Any]], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowStats:
+    step: int
+    local_loss: float | None
+    samples_per_second: float | None
+    eta_seconds: float | None
+
+
+class ReportWindow:
+    """One rank's accumulators between two reports."""
+
+    def __init__(self, *, world_size: int, device: torch.device) -> None:
+        self.world_size = world_size
+        self._loss_sum = torch.zeros((), device=device, dtype=torch.float32)
+        self._loss_count = 0
+        self._samples = 0
+        self._start = time.perf_counter()
+        self._start_step = 0
+        self._last_samples_per_second: float | None = None
+        self.last_loss: float | None = None  # the last published (rank-averaged) loss
+
+    def restart(self, step: int) -> None:
+        """Begin a window at ``step`` now (training starts or resumes there)."""
+        self._loss_sum.zero_()
+        self._loss_count = 0
+        self._samples = 0
+        self._start = time.perf_counter()
+        self._start_step = step
+
+    def add_loss(self, loss: torch.Tensor | float) -> None:
+        """One loss value (a micro-batch's or a step's); device tensors stay on the device."""
+        if isinstance(loss, torch.Tensor):
+            self._loss_sum.add_(loss.detach().float())
+        else:
+            self._loss_sum.add_(float(loss))
+        self._loss_count += 1
+
+    def add_samples(self, samples: int) -> None:
+        """Samples this rank consumed (the window's throughput is local samples x world size)."""
+        self._samples += samples
+
+    @property
+    def pending(self) -> bool:
+        """Losses or samples not reported yet."""
+        return self._loss_count > 0 or self._samples > 0
+
+    def close(self, *, step: int, total_steps: int | None) -> WindowStats:
+        """The window's report, and a new window from now (the report's own cost counts against it)."""
+        now = time.perf_counter()
+        elapsed = max(now - self._start, 1e-9)
+        steps = step - self._start_step
+        local_loss = float(self._loss_sum.item()) / self._loss_count if self._loss_count else self.last_loss
+        if self._samples:
+            self._last_samples_per_second = self._samples * self.world_size / elapsed
+        if total_steps is None:
+            eta = None
+        elif steps > 0:
+            eta = max(0, total_steps - step) * elapsed / steps
+        else:
+            eta = 0.0 if step >= total_steps else None
+        stats = WindowStats(
+            step=step,
+            local_loss=local_loss,
+            samples_per_second=self._last_samples_per_second,
+            eta_seconds=eta,
+        )
+        self.restart(step)
+        self._start = now
+        return stats
+
+
+class ProgressReports:
+    """Publishes report windows: metrics on every rank, status on rank 0, Ray Train reports when asked."""
+
+    def __init__(
+        self,
+        *,
+        ctx: distributed.WorkerContext,
+        control: distributed.ControlChannel,
+        worker_metrics: metrics.WorkerMetrics,
+        status: StatusReporter | None,
+        report_fn: ReportFn | None,
+        worker_restarts: int,
+        last_checkpoint_step: Callable[[], int | None],
+    ) -> None:
+        self.window = ReportWindow(world_size=ctx.world_size, device=ctx.device)
+        self._ctx = ctx
+        self._control = control
+        self._metrics = worker_metrics
+        self._status = status
+        self._report_fn = report_fn
+        self._worker_restarts = worker_restarts
+        self._last_checkpoint_step = last_checkpoint_step
+        self._ray_reported_step: int | None = None
+        self._last_step_time = time.perf_counter()
+        self.last_step = 0
+        self.batch_size_per_worker: int | None = None  # for status, when the loop knows it
+
+    def start(self, step: int) -> None:
+        """Training (re)starts at ``step``: a fresh window and step timer."""
+        self.window.restart(step)
+        self._last_step_time = time.perf_counter()
+        self.last_step = step
+
+    def step_finished(self, step: int, *, samples: int | None = None) -> None:
+        """After every optimizer step: the step-time histogram (host wall time, no device sync) and the
+        samples this rank consumed."""
+        now = time.perf_counter()
+        self._metrics.step_seconds.observe(now - self._last_step_time)
+        self._last_step_time = now
+        self.last_step = step
+        if samples:
+            self.window.add_samples(samples)
+
+    def needs_final_report(self, step: int) -> bool:
+        """True when the end of training has something Ray Train or the status has not seen yet."""
+        return self.window.pending or self._ray_reported_step != step
+
+    @property
+    def last_loss(self) -> float | None:
+        return self.window.last_loss
+
+    def report(
+        self,
+        *,
+        step: int,
+        total_steps: int | None,
+        epoch: int,
+        to_ray: bool,
+        extra: Mapping[str, float] | None = None,
+        learning_rate: float | None = None,
+    ) -> None:
+        """Collective (every rank, same step): close the window and publish it."""
+        stats = self.window.close(step=step, total_steps=total_steps)
+        loss = None if stats.local_loss is None else self._control.all_reduce_mean(stats.local_loss)
+        if loss is not None:
+            self.window.last_loss = loss
+            self._metrics.loss.set(loss)
+        self._metrics.step.set(step)
+        sps = stats.samples_per_second
+        if sps is not None:
+            self._metrics.samples_per_second.set(sps)
+        if self._ctx.is_rank0:
+            log.info(
+                "step %d/%s epoch %d loss %s %s samples/s",
+                step,
+                total_steps if total_steps is not None else "?",
+                epoch,
+                "-" if loss is None else f"{loss:.4f}",
+                "-" if sps is None else f"{sps:.1f}",
+            )
+        if self._status is not None:
+            self._status.progress(
+                step=step,
+                total_steps=total_steps,
+                epoch=epoch,
+                loss=None if loss is None else round(loss, 6),
+                samples_per_second=None if sps is None else round(sps, 2),
+                eta_seconds=None if stats.eta_seconds is None else round(stats.eta_seconds, 1),
+                worker_restarts=self._worker_restarts,
+                batch_size_per_worker=self.batch_size_per_worker,
+                learning_rate=learning_rate,
+            )
+        if self._report_fn is not None and to_ray:
+            values: dict[str, Any] = {"step": step, "epoch": epoch}
+            if loss is not None:
+                values["loss"] = loss
+            if sps is not None:
+                values["samples_per_second"] = sps
+            checkpoint_step = self._last_checkpoint_step()
+            if checkpoint_step is not None:
+                values["checkpoint_step"] = checkpoint_step
+            values.update(extra or {})
+            self._report_fn(values)
+        if to_ray:
+            self._ray_reported_step = step

@@ -1,0 +1,148 @@
+"""The step schedule: at which step every rank reports, checkpoints, stops or yields to a preemption.
+
+Some decisions are a function of the step count (``checkpoint.intervalSteps``, ``reporting.everySteps``):
+every rank knows them without talking. The others are not: rank 0's clocks (``checkpoint.intervalMinutes``,
+``reporting.everySeconds``, the pace of ``ray.train.report``), a SIGTERM seen by any one rank, a stop request
+the driver left on the volume. ``StepSchedule.poll(step)`` merges both kinds into one ``Decision`` that every
+rank receives at the same step, through ``distributed.ControlChannel`` (one tiny asynchronous MAX
+all-reduce per step, read one step later). Training loops act on the ``Decision`` and nothing else; they
+never read clocks or signal flags themselves.
+
+It must not checkpoint, report or stop anything itself: it only decides when.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+import pathlib
+import time
+
+from trainop.api import trainingjob
+from trainop_trainer import distributed, preempt
+
+# ray.train.report is a barrier and, in Ray 2.60, blocks while the controller (polling every 2 s) has not
+# consumed the previous report: so status and metrics follow spec.reporting, Ray reports at most this often.
+RAY_REPORT_MIN_INTERVAL_ENV = "TRAINOP_RAY_REPORT_MIN_INTERVAL_S"
+DEFAULT_RAY_REPORT_MIN_INTERVAL_S = 10.0
+# How often rank 0 looks for the driver's stop file (a stat per step would cost more than the step on CPU).
+STOP_FILE_CHECK_INTERVAL_S = 1.0
+
+
+class Outcome(enum.StrEnum):
+    COMPLETED = "completed"  # reached the last step
+    STOPPED = "stopped"  # a stop request (the driver got SIGTERM): checkpointed, returning normally
+    PREEMPTED = "preempted"  # some worker got SIGTERM: checkpointed; that worker exits 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """What every rank does after the step it was polled for (identical on every rank)."""
+
+    stop: bool
+    preempt: bool
+    checkpoint: bool
+    report: bool
+    ray_report: bool = False
+
+    @property
+    def outcome(self) -> Outcome:
+        """How training ends if it ends at this step."""
+        if not self.stop:
+            return Outcome.COMPLETED
+        return Outcome.PREEMPTED if self.preempt else Outcome.STOPPED
+
+
+NOTHING = Decision(stop=False, preempt=False, checkpoint=False, report=False)
+
+
+def ray_report_interval(spec: trainingjob.TrainingJobSpec) -> float:
+    """Seconds between two ``ray.train.report`` calls: the report interval, at least the floor above."""
+    floor = float(os.environ.get(RAY_REPORT_MIN_INTERVAL_ENV, DEFAULT_RAY_REPORT_MIN_INTERVAL_S))
+    return max(spec.reporting.every_seconds, floor)
+
+
+class StepSchedule:
+    """Owns the cross-rank agreement; one per worker, polled once per optimizer step on every rank."""
+
+    def __init__(
+        self,
+        *,
+        spec: trainingjob.TrainingJobSpec,
+        control: distributed.ControlChannel,
+        is_rank0: bool,
+        stop_file: pathlib.Path,
+        ray_report_interval_s: float | None,
+    ) -> None:
+        self._checkpoint_steps = spec.checkpoint.interval_steps
+        self._checkpoint_seconds = (
+            None if spec.checkpoint.interval_minutes is None else spec.checkpoint.interval_minutes * 60
+        )
+        self._report_steps = spec.reporting.every_steps
+        self._report_seconds = spec.reporting.every_seconds
+        self._ray_report_seconds = ray_report_interval_s
+        self._control = control
+        self._is_rank0 = is_rank0
+        self._stop_file = stop_file
+        self._last_stop_file_check = 0.0
+        self._stop_file_seen = False
+        self.reset_clocks()
+
+    def reset_clocks(self) -> None:
+        """Start the report and checkpoint clocks now (when the loop starts, after restoring)."""
+        now = time.monotonic()
+        self._last_report = now
+        self._last_ray_report = now
+        self._last_checkpoint = now
+
+    def poll(self, step: int) -> Decision:
+        """Call once per optimizer step on every rank, after the step; returns what every rank does now.
+
+        Clock-based and signal-based flags posted at one step are acted on at the next poll (the exchange
+        overlaps a whole step); step-count-based ones act at once."""
+        now = time.monotonic()
+        stop_file = due_checkpoint = due_report = due_ray_report = False
+        if self._is_rank0:
+            if now - self._last_stop_file_check >= STOP_FILE_CHECK_INTERVAL_S:
+                self._last_stop_file_check = now
+                self._stop_file_seen = self._stop_file.exists()
+            stop_file = self._stop_file_seen
+            # Each clock restarts when it asks: the answer arrives one step later on every rank.
+            if (
+                self._checkpoint_seconds is not None
+                and now - self._last_checkpoint >= self._checkpoint_seconds
+            ):
+                due_checkpoint = True
+                self._last_checkpoint = now
+            if now - self._last_report >= self._report_seconds:
+                due_report = True
+                self._last_report = now
+            if (
+                self._ray_report_seconds is not None
+                and now - self._last_ray_report >= self._ray_report_seconds
+            ):
+                due_ray_report = True
+                self._last_ray_report = now
+        agreed = self._control.exchange(
+            stop=stop_file,
+            preempt=preempt.requested(),
+            checkpoint=due_checkpoint,
+            report=due_report,
+            ray_report=due_ray_report,
+        )
+        stopping = agreed.stop or agreed.preempt
+        by_steps = self._checkpoint_steps is not None and step % self._checkpoint_steps == 0
+        decision = Decision(
+            stop=stopping,
+            preempt=agreed.preempt,
+            checkpoint=agreed.checkpoint or by_steps or stopping,
+            report=agreed.report or agreed.ray_report or step % self._report_steps == 0 or stopping,
+            ray_report=agreed.ray_report or stopping,
+        )
+        # A step-count report or checkpoint restarts the time clock too, so the two do not pile up.
+        if decision.report:
+            self._last_report = now
+        if decision.checkpoint:
+            self._last_checkpoint = now
+        return decision
