@@ -502,6 +502,16 @@ def _spec_rules() -> list[cel.Rule]:
     return [
         cel.rule("self.precision != 'fp16' || self.workers.gpusPerWorker >= 1", FP16_NEEDS_GPUS),
         cel.rule(
+            "self.parallelism.strategy == 'ddp' || self.precision != 'fp16'",
+            FP16_NEEDS_DDP.format(strategy="fsdp/hsdp"),
+            cel.format(FP16_NEEDS_DDP.replace("{strategy}", "%s"), "self.parallelism.strategy"),
+        ),
+        cel.rule("!self.parallelism.cpuOffload || self.workers.gpusPerWorker >= 1", CPU_OFFLOAD_NEEDS_GPUS),
+        cel.rule(
+            "!has(self.workload.entrypoint) || type(self.hyperparameters.batchSizePerWorker) == int",
+            AUTO_BATCH_NEEDS_A_BUILTIN_MODEL,
+        ),
+        cel.rule(
             f"{last} <= 65535",
             "reporting.metricsPort leaves no room for one port per GPU; choose a lower metricsPort",
             cel.format(
@@ -528,6 +538,18 @@ def _spec_rules() -> list[cel.Rule]:
 
 
 FP16_NEEDS_GPUS = "precision fp16 needs GPUs: set workers.gpusPerWorker >= 1 or use bf16/fp32"
+FP16_NEEDS_DDP = (
+    "precision fp16 is not supported with parallelism.strategy {strategy} (its loss scaling is per rank, "
+    "and sharded gradients need one decision for all): use bf16"
+)
+CPU_OFFLOAD_NEEDS_GPUS = (
+    "parallelism.cpuOffload moves sharded state from the GPUs to host memory: set "
+    "workers.gpusPerWorker >= 1 or remove cpuOffload"
+)
+AUTO_BATCH_NEEDS_A_BUILTIN_MODEL = (
+    "hyperparameters.batchSizePerWorker auto probes a built-in model's training step; a user "
+    "entrypoint chooses its own batch: set an integer batchSizePerWorker"
+)
 
 
 class TrainingJobSpec(base.ApiModel):
@@ -558,26 +580,16 @@ class TrainingJobSpec(base.ApiModel):
     @pydantic.model_validator(mode="after")
     def _auto_batch_needs_a_builtin_model(self) -> TrainingJobSpec:
         if self.hyperparameters.batch_size_per_worker == AUTO and self.workload.entrypoint is not None:
-            raise ValueError(
-                "hyperparameters.batchSizePerWorker auto probes a built-in model's training step; a user "
-                "entrypoint chooses its own batch: set an integer batchSizePerWorker"
-            )
+            raise ValueError(AUTO_BATCH_NEEDS_A_BUILTIN_MODEL)
         return self
 
     @pydantic.model_validator(mode="after")
     def _sharding_fits_precision_and_device(self) -> TrainingJobSpec:
         sharded = self.parallelism.strategy != ParallelismStrategy.DDP
         if sharded and self.precision == Precision.FP16:
-            raise ValueError(
-                "precision fp16 is not supported with parallelism.strategy "
-                f"{self.parallelism.strategy.value} (its loss scaling is per rank, and sharded gradients "
-                "need one decision for all): use bf16"
-            )
+            raise ValueError(FP16_NEEDS_DDP.format(strategy=self.parallelism.strategy.value))
         if self.parallelism.cpu_offload and self.workers.gpus_per_worker == 0:
-            raise ValueError(
-                "parallelism.cpuOffload moves sharded state from the GPUs to host memory: set "
-                "workers.gpusPerWorker >= 1 or remove cpuOffload"
-            )
+            raise ValueError(CPU_OFFLOAD_NEEDS_GPUS)
         return self
 
     @pydantic.model_validator(mode="after")
