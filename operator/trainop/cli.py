@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import pathlib
 import sys
+import textwrap
 from collections.abc import Sequence
 
 from trainop.api import crd, manifest, reference
@@ -45,6 +46,18 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             failed += 1
             for error in exc.errors:
                 print(f"{path}: {error}", file=sys.stderr)
+                if error.explanation:
+                    # The field's own description (the CRD's, `kubectl explain`'s): what it is for.
+                    field = error.explained_field.removeprefix("spec.")
+                    print(
+                        textwrap.fill(
+                            f"{field}: {error.explanation}",
+                            width=100,
+                            initial_indent="    ",
+                            subsequent_indent="    ",
+                        ),
+                        file=sys.stderr,
+                    )
             continue
         for resource in resources:
             print(f"{path}: {resource.kind}/{resource.metadata.name} is valid")

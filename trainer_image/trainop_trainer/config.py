@@ -22,7 +22,7 @@ import os
 import pathlib
 from typing import Any
 
-from trainop.api import trainer_config, trainingjob
+from trainop.api import resources, trainer_config, trainingjob
 
 # Kill one worker (os._exit) once, right after the checkpoint at or after this step: the demo and the
 # resume tests use it to exercise Ray Train's worker-group restart. Read by the driver, passed to workers.
@@ -49,15 +49,15 @@ class Scaling:
 
 def scaling_for(spec: trainingjob.TrainingJobSpec) -> Scaling:
     workers = spec.workers
+    # The pod's CPUs, as the operator sized it (the spec's, or the job-sized default).
+    cpus = resources.worker_cpus(spec)
     if workers.gpus_per_worker > 0:
         return Scaling(
             num_workers=workers.replicas * workers.gpus_per_worker,
             use_gpu=True,
-            resources_per_worker={"CPU": workers.cpus_per_worker / workers.gpus_per_worker, "GPU": 1.0},
+            resources_per_worker={"CPU": cpus / workers.gpus_per_worker, "GPU": 1.0},
         )
-    return Scaling(
-        num_workers=workers.replicas, use_gpu=False, resources_per_worker={"CPU": workers.cpus_per_worker}
-    )
+    return Scaling(num_workers=workers.replicas, use_gpu=False, resources_per_worker={"CPU": cpus})
 
 
 @dataclasses.dataclass(frozen=True)

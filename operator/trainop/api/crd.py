@@ -12,6 +12,10 @@ Design choices:
 - Free-form maps (``dict[str, Any]``) become ``x-kubernetes-preserve-unknown-fields``; nothing else does.
 - Key patterns of maps (``propertyNames``) have no structural equivalent and become a CEL rule.
 - Cross-field rules come from ``x-kubernetes-validations`` attached to the models themselves.
+- Every property carries the description of its field (the models' attribute docstrings), which is what
+  ``kubectl explain`` prints; the envelope's (apiVersion, kind, metadata, spec, status) come from the
+  fields of the kind's top-level model. Line breaks of a docstring are folded (a blank line keeps a
+  paragraph), so kubectl wraps the text to the terminal.
 """
 
 from __future__ import annotations
@@ -113,6 +117,8 @@ def _convert(node: JsonSchema, defs: dict[str, JsonSchema], *, apply_defaults: b
 
 
 def _finish(node: JsonSchema, *, apply_defaults: bool) -> JsonSchema:
+    if "description" in node:
+        node["description"] = _fold(node["description"])
     if node.get("default", 0) is None or not apply_defaults:
         node.pop("default", None)
     if node.get("type") == "object" and "x-kubernetes-preserve-unknown-fields" in node and "default" in node:
@@ -121,6 +127,11 @@ def _finish(node: JsonSchema, *, apply_defaults: bool) -> JsonSchema:
     if node.get("type") == "array" and node.get("default") == []:
         node.pop("default")
     return node
+
+
+def _fold(text: str) -> str:
+    """A docstring as one paragraph per blank-line-separated block."""
+    return "\n\n".join(" ".join(block.split()) for block in text.split("\n\n") if block.strip())
 
 
 def _key_rule(pattern: str) -> dict[str, str]:
@@ -140,9 +151,15 @@ def _object_schema(
     spec_model: type[pydantic.BaseModel],
     status_model: type[pydantic.BaseModel],
 ) -> JsonSchema:
-    del model  # the envelope is written by hand: apiVersion/kind/metadata are the apiserver's
+    # The envelope is written by hand (apiVersion/kind/metadata are the apiserver's); its descriptions are
+    # the top-level model's.
+    def described(name: str, schema: JsonSchema) -> JsonSchema:
+        description = model.model_fields[name].description
+        return {**schema, "description": _fold(description)} if description else schema
+
     return {
         "type": "object",
+        "description": _fold(model.__doc__ or ""),
         "required": ["spec"],
         "x-kubernetes-validations": [
             {
@@ -151,11 +168,11 @@ def _object_schema(
             }
         ],
         "properties": {
-            "apiVersion": {"type": "string"},
-            "kind": {"type": "string"},
-            "metadata": {"type": "object"},
-            "spec": structural_schema(spec_model, apply_defaults=True),
-            "status": structural_schema(status_model, apply_defaults=False),
+            "apiVersion": described("api_version", {"type": "string"}),
+            "kind": described("kind", {"type": "string"}),
+            "metadata": described("metadata", {"type": "object"}),
+            "spec": described("spec", structural_schema(spec_model, apply_defaults=True)),
+            "status": described("status", structural_schema(status_model, apply_defaults=False)),
         },
     }
 

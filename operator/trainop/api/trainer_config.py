@@ -18,7 +18,7 @@ from typing import Literal
 
 import pydantic
 
-from trainop.api import base, trainingjob, tuningsweep
+from trainop.api import base, resources, trainingjob, tuningsweep
 
 CONFIG_ENV = "TRAINOP_CONFIG"
 STORAGE_PATH_ENV = "TRAINOP_STORAGE_PATH"
@@ -78,6 +78,8 @@ def run_name_for(job_name: str) -> str:
 def for_job(
     job: trainingjob.TrainingJob, *, storage_path: str, attempt: int, in_cluster: bool
 ) -> TrainerConfig:
+    """The config of one attempt. The workers' sizes are written out (``resources.resolved``): the Ray
+    resources the trainer asks for must be the pod's, whatever defaults the trainer image has."""
     target = None
     if in_cluster:
         target = StatusTarget(namespace=job.metadata.namespace or "default", name=job.metadata.name)
@@ -86,7 +88,7 @@ def for_job(
         run_name=run_name_for(job.metadata.name),
         storage_path=storage_path,
         attempt=attempt,
-        spec=job.spec,
+        spec=resources.resolved(job.spec),
         status_target=target,
     )
 
@@ -104,7 +106,7 @@ def for_sweep(
         experiment_name=run_name_for(sweep.metadata.name),
         storage_path=storage_path,
         attempt=attempt,
-        spec=sweep.spec,
+        spec=sweep.spec.model_copy(update={"template": resources.resolved(sweep.spec.template)}),
         status_target=target,
     )
 

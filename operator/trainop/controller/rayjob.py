@@ -11,6 +11,13 @@ Choices, each for a reason:
 - One head group on CPU (``num-cpus: 0``, so Ray schedules no training work there; the entrypoint and
   Ray Train's controller run on it) and one worker group of ``replicas`` pods with the requested CPUs,
   memory and ``nvidia.com/gpu``. KubeRay derives Ray's resources from the container limits.
+- Sizes: a worker pod's CPUs, memory and /dev/shm are the spec's, or, where it leaves them unset, sized
+  for the job by ``trainop.api.resources`` (small for CPU workers, per GPU and per DataLoader worker for
+  GPU workers). The head of a TrainingJob requests ``HEAD_MEMORY_REQUEST`` (what its processes measured
+  on the CPU demo, about 2.9 GiB: the entrypoint, Ray Train's controller and its helper actors, GCS,
+  dashboard, agents) and may use up to ``HEAD_MEMORY`` (the limit Ray sees); every pod's /dev/shm is half
+  of its memory unless the spec sizes the workers' (Ray's object store, 30 % of the pod's memory, must fit
+  in it or Ray falls back to disk with a warning).
 - Every pod passes Pod Security ``restricted``: non-root uid 1000, no privilege escalation, all
   capabilities dropped, RuntimeDefault seccomp. KubeRay copies the Ray container's securityContext into
   the init container it injects into workers, so those pass too.
@@ -42,7 +49,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from trainop.api import manifest, nccl, trainer_config, trainingjob
+from trainop.api import manifest, nccl, resources, trainer_config, trainingjob
 from trainop.controller import kinds, meta
 
 RAY_API_VERSION = "ray.io/v1"
@@ -50,8 +57,11 @@ HEAD_CONTAINER = "ray-head"
 WORKER_CONTAINER = "ray-worker"
 WORKER_GROUP = "workers"
 CONFIG_DIR = "/etc/trainop"
-# The Ray head runs the entrypoint, the dashboard, GCS and Ray Train's controller, no training.
+# The Ray head runs the entrypoint, the dashboard, GCS and Ray Train's controller, no training. Its memory
+# request is what those processes used at their peak on the CPU demo (about 2.9 GiB, docs/operator.md);
+# the limit, which Ray sees as the node's memory, leaves room for larger jobs' controller state.
 HEAD_CPU = "1"
+HEAD_MEMORY_REQUEST = "3Gi"
 HEAD_MEMORY = "4Gi"
 RUN_AS_USER = 1000
 RAY_METRICS_PORT = 8080  # KubeRay's default metrics-export-port for Ray's own metrics
@@ -128,12 +138,20 @@ def head_start_params(resource: manifest.Resource) -> dict[str, str]:
 
 
 def head_memory(resource: manifest.Resource) -> str:
-    """The head container's memory (requests = limits; KubeRay gives Ray the limit): a TrainingJob's fixed
-    size, or for a sweep the base plus one share per concurrent trial."""
+    """The head container's memory limit (KubeRay gives Ray the limit): a TrainingJob's fixed size, or for a
+    sweep the base plus one share per concurrent trial."""
     drivers = kinds.trial_drivers(resource)
     if not drivers:
         return HEAD_MEMORY
     return f"{SWEEP_HEAD_BASE_MEMORY_GIB + drivers * SWEEP_HEAD_MEMORY_PER_TRIAL_GIB}Gi"
+
+
+def head_memory_request(resource: manifest.Resource) -> str:
+    """The head container's memory request: a TrainingJob's measured size; a sweep's head requests its
+    whole limit (sized per trial driver, docs/sweep.md)."""
+    if kinds.trial_drivers(resource):
+        return head_memory(resource)
+    return HEAD_MEMORY_REQUEST
 
 
 def prestop_timeout_seconds(termination_grace_period_seconds: int) -> int:
@@ -146,6 +164,7 @@ def pod_template(resource: manifest.Resource, attempt: int, *, head: bool) -> di
     spec = kinds.training_spec(resource)
     kind = kinds.kind_of(resource)
     workers = spec.workers
+    shm = resources.half_of(head_memory(resource)) if head else resources.worker_shared_memory(spec)
     pod: dict[str, Any] = {
         "serviceAccountName": kind.service_account_name(resource.metadata.name),
         "automountServiceAccountToken": True,
@@ -167,7 +186,7 @@ def pod_template(resource: manifest.Resource, attempt: int, *, head: bool) -> di
                     "items": [{"key": trainer_config.CONFIG_KEY, "path": trainer_config.CONFIG_KEY}],
                 },
             },
-            {"name": VOLUME_SHM, "emptyDir": {"medium": "Memory", "sizeLimit": workers.shared_memory}},
+            {"name": VOLUME_SHM, "emptyDir": {"medium": "Memory", "sizeLimit": shm}},
         ],
     }
     if not head:
@@ -187,18 +206,18 @@ def _container(
     workers = spec.workers
     env = {trainer_config.CONFIG_ENV: trainer_config.DEFAULT_CONFIG_PATH, **nccl.env_for(spec.network)}
     if head:
-        memory = head_memory(resource)
-        resources: dict[str, Any] = {
-            "requests": {"cpu": HEAD_CPU, "memory": memory},
-            "limits": {"memory": memory},
+        requests_limits: dict[str, Any] = {
+            "requests": {"cpu": HEAD_CPU, "memory": head_memory_request(resource)},
+            "limits": {"memory": head_memory(resource)},
         }
         ports: list[dict[str, Any]] = []
     else:
-        cpu = _cpu(workers.cpus_per_worker)
-        limits: dict[str, Any] = {"cpu": cpu, "memory": workers.memory_per_worker}
+        cpu = _cpu(resources.worker_cpus(spec))
+        memory = resources.worker_memory(spec)
+        limits: dict[str, Any] = {"cpu": cpu, "memory": memory}
         if workers.gpus_per_worker:
             limits["nvidia.com/gpu"] = str(workers.gpus_per_worker)
-        resources = {"requests": {"cpu": cpu, "memory": workers.memory_per_worker}, "limits": limits}
+        requests_limits = {"requests": {"cpu": cpu, "memory": memory}, "limits": limits}
         ports = [
             {
                 "name": metrics_port_name(rank),
@@ -214,7 +233,7 @@ def _container(
         "name": HEAD_CONTAINER if head else WORKER_CONTAINER,
         "image": spec.image,
         "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
-        "resources": resources,
+        "resources": requests_limits,
         "volumeMounts": [
             {"name": VOLUME_CHECKPOINTS, "mountPath": trainer_config.CHECKPOINT_MOUNT_PATH},
             {"name": VOLUME_CONFIG, "mountPath": CONFIG_DIR, "readOnly": True},
