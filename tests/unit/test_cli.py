@@ -19,6 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
     [
         ["crds"],
         ["validate", "x.yaml"],
+        ["render", "x.yaml", "--namespace", "team-a", "--uid", "0f0e0d0c-0000-4000-8000-000000000001"],
         ["run", "x.yaml", "--fresh", "--verbose", "--workers", "2", "--inject-failure-at-step", "5"],
         [
             "operator",

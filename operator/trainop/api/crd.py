@@ -13,9 +13,10 @@ Design choices:
 - Key patterns of maps (``propertyNames``) have no structural equivalent and become a CEL rule.
 - Cross-field rules come from ``x-kubernetes-validations`` attached to the models themselves.
 - Every property carries the description of its field (the models' attribute docstrings), which is what
-  ``kubectl explain`` prints; the envelope's (apiVersion, kind, metadata, spec, status) come from the
-  fields of the kind's top-level model. Line breaks of a docstring are folded (a blank line keeps a
-  paragraph), so kubectl wraps the text to the terminal.
+  ``kubectl explain`` prints; the envelope's (apiVersion, kind, spec, status) come from the fields of the
+  kind's top-level model. ``metadata`` has none: the apiserver refuses anything but its type there.
+  Line breaks of a docstring are folded (a blank line keeps a paragraph), so kubectl wraps the text to
+  the terminal.
 """
 
 from __future__ import annotations
@@ -170,7 +171,9 @@ def _object_schema(
         "properties": {
             "apiVersion": described("api_version", {"type": "string"}),
             "kind": described("kind", {"type": "string"}),
-            "metadata": described("metadata", {"type": "object"}),
+            # Nothing but the type: the apiserver refuses anything else on metadata (kubectl explain shows
+            # ObjectMeta's own documentation there).
+            "metadata": {"type": "object"},
             "spec": described("spec", structural_schema(spec_model, apply_defaults=True)),
             "status": described("status", structural_schema(status_model, apply_defaults=False)),
         },
