@@ -203,3 +203,33 @@ def test_a_size_fitted_to_the_job_has_no_static_default_and_says_how_it_is_sized
     assert field not in workers["default"]
     assert "default" not in workers["properties"][field]
     assert "Unset (the default)" in workers["properties"][field]["description"]
+
+
+def _defaults_not_stated(node: dict[str, Any], path: str) -> list[str]:
+    """Fields with a static default whose description does not state it (kubectl explain shows no
+    defaults of its own, so the description is where a user learns them)."""
+
+    def shown(value: Any) -> str:
+        if isinstance(value, bool):
+            return str(value).lower()
+        return f"{value:g}" if isinstance(value, float) else str(value)
+
+    missing = []
+    for name, sub in node.get("properties", {}).items():
+        default, description = sub.get("default"), str(sub.get("description", ""))
+        if default is not None and not isinstance(default, (dict, list)):
+            if "default" not in description.lower() or shown(default) not in description:
+                missing.append(f"{path}.{name} (default {default!r})")
+        missing.extend(_defaults_not_stated(sub, f"{path}.{name}"))
+    if isinstance(node.get("additionalProperties"), dict):
+        missing.extend(_defaults_not_stated(node["additionalProperties"], f"{path}.<key>"))
+    if "items" in node:
+        missing.extend(_defaults_not_stated(node["items"], f"{path}[]"))
+    return missing
+
+
+@pytest.mark.parametrize("filename", sorted(crd.all_crds()))
+def test_every_static_default_is_stated_in_its_fields_description(filename: str) -> None:
+    obj = crd.all_crds()[filename]
+    schema = obj["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert _defaults_not_stated(schema, obj["spec"]["names"]["kind"]) == []

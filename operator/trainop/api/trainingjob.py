@@ -120,7 +120,8 @@ class Dataset(base.ApiModel):
     )
     num_samples: Annotated[int, pydantic.Field(ge=1)] = pydantic.Field(
         default=50_000,
-        description="Samples per epoch of the synthetic dataset (real datasets have their own).",
+        description="Samples per epoch of the synthetic dataset (real datasets have their own). "
+        "Default 50000.",
     )
     image_size: Annotated[int, pydantic.Field(ge=8, le=1024)] = 224
     """Side of the square images fed to resnet18/resnet50, in pixels: synthetic images are generated at this
@@ -360,7 +361,8 @@ class Workers(base.ApiModel):
         description=(
             "terminationGracePeriodSeconds of the worker pods. When a worker pod is deleted or evicted "
             "(preemption, node drain), its preStop hook asks the training processes to checkpoint and "
-            "waits for them up to this many seconds less 5; raise it when a checkpoint takes longer."
+            "waits for them up to this many seconds less 5; raise it when a checkpoint takes longer. "
+            "Default 120."
         ),
     )
 
@@ -384,7 +386,8 @@ class Storage(base.ApiModel):
     trainop then creates no claim and never deletes it. Unset: trainop creates <job>-ckpt."""
     delete_with_job: bool = pydantic.Field(
         default=False,
-        description="Delete the created claim with the job (checkpoints outlive jobs by default).",
+        description="Delete the created claim with the job. Default false: checkpoints outlive the job, and "
+        "a job created again under the same name resumes from them.",
     )
 
 
@@ -423,16 +426,22 @@ class Checkpoint(base.ApiModel):
 
 class FailurePolicy(base.ApiModel):
     max_restarts: Annotated[int, pydantic.Field(ge=0, le=100)] = pydantic.Field(
-        default=3, description="New attempts of the whole job (a new RayJob) before the job is Failed."
+        default=3,
+        description="New attempts of the whole job (each a new RayJob, resuming from the newest checkpoint) "
+        "after failed ones, before the job is Failed. Default 3.",
     )
     backoff_seconds: Annotated[int, pydantic.Field(ge=0, le=3600)] = pydantic.Field(
-        default=10, description="Wait before the first restart; doubles each restart up to maxBackoffSeconds."
+        default=10,
+        description="Seconds to wait before the first restart; the wait doubles with each restart up to "
+        "maxBackoffSeconds. Default 10.",
     )
     max_backoff_seconds: Annotated[int, pydantic.Field(ge=0, le=86400)] = 600
     """Upper bound of the wait before a restart, in seconds. Default 600."""
     max_worker_failures: Annotated[int, pydantic.Field(ge=0, le=100)] = pydantic.Field(
         default=2,
-        description="Worker-group restarts inside one attempt (Ray Train FailureConfig.max_failures).",
+        description="Worker-group restarts inside one attempt (Ray Train's FailureConfig.max_failures): a "
+        "failed worker restarts every worker of the attempt from the newest checkpoint, within seconds, "
+        "before the attempt fails. Default 2.",
     )
 
 
@@ -475,11 +484,11 @@ class Reporting(base.ApiModel):
 class TrainingJobSpec(base.ApiModel):
     image: str = pydantic.Field(default="ghcr.io/trainop/trainer:0.1.0", min_length=1)
     """Container image of every Ray pod, head and workers. It must hold the Ray version of rayVersion, PyTorch
-    and the trainop_trainer package, plus any package workload.entrypoint imports. Default: the trainer
-    image of this trainop release."""
+    and the trainop_trainer package, plus any package workload.entrypoint imports. Default
+    ghcr.io/trainop/trainer:0.1.0, the trainer image of this trainop release."""
     ray_version: Annotated[str, pydantic.Field(pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")] = "2.60.0"
-    """The Ray version inside image, as x.y.z; KubeRay configures the Ray cluster for it, so it must match the
-    image. Default: the Ray version of the default image."""
+    """The Ray version inside image, as x.y.z; KubeRay configures the Ray cluster for it, so it must match
+    the image. Default 2.60.0, the default image's."""
     workload: Workload
     """What to train: a built-in model (workload.model) or your own function (workload.entrypoint), exactly
     one of them, with its dataset and free-form settings."""
