@@ -160,7 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="STEP",
-        help="kill one worker once at this step to show recovery from the last checkpoint",
+        help="kill one worker once, at STEP if a checkpoint exists by then (else right after the next "
+        "checkpoint), to show recovery from the newest checkpoint",
     )
     p.add_argument(
         "--state-dir", default=".trainop", help="where checkpoints and status go (default .trainop)"

@@ -26,6 +26,13 @@ DEFAULT_CONFIG_PATH = "/etc/trainop/trainer.json"
 CONFIG_KEY = "trainer.json"
 # Where the operator mounts the checkpoint claim in every Ray pod.
 CHECKPOINT_MOUNT_PATH = "/checkpoints"
+# Ray Train settings of every trainop run, in the environment of every Ray process (the operator puts them
+# on every Ray container; the trainer's driver sets them before a local Ray starts). Ray Train's
+# preemption watcher is off: it lets a training function ask ray.train.get_preemption_info() about node
+# drains, which the trainer never does (a preempted worker pod gets SIGTERM through its preStop hook and
+# checkpoints); the tests run without it; and every start of it logs an error-level line ("PreemptionWatcher
+# ... has constructor arguments in the object store and max_restarts > 0").
+RAY_TRAIN_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
 
 
 class StatusTarget(base.ApiModel):

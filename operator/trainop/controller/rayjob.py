@@ -24,7 +24,9 @@ Choices, each for a reason:
 - Volumes: the checkpoint claim at ``trainer_config.CHECKPOINT_MOUNT_PATH`` and the trainer ConfigMap at
   /etc/trainop in head and workers (Ray Train's controller on the head reads checkpoint state from the
   same storage path the workers write), and a memory-backed /dev/shm sized by ``workers.sharedMemory``.
-- NCCL env from ``trainop.api.nccl.env_for(spec.network)`` on every Ray container.
+- NCCL env from ``trainop.api.nccl.env_for(spec.network)`` on every Ray container, and
+  ``trainer_config.RAY_TRAIN_ENV`` (Ray Train's preemption watcher off: the trainer never asks it, and its
+  start logs an error-level line in every job's log).
 - The trainer's metrics ports, one per local rank (GPU), are declared on workers as container ports
   ``metrics``, ``metrics-1``, ... (``metrics_port_name``), for a PodMonitor.
 - Graceful preemption: a pod's SIGTERM goes to ``ray start``, not to the training processes, so every
@@ -204,7 +206,13 @@ def _container(
     resource: manifest.Resource, spec: trainingjob.TrainingJobSpec, *, head: bool
 ) -> dict[str, Any]:
     workers = spec.workers
-    env = {trainer_config.CONFIG_ENV: trainer_config.DEFAULT_CONFIG_PATH, **nccl.env_for(spec.network)}
+    env = {
+        trainer_config.CONFIG_ENV: trainer_config.DEFAULT_CONFIG_PATH,
+        # On every Ray container: the Train controllers of the job's driver and of a sweep's trial drivers
+        # (Ray workers started by the raylet) all see it.
+        **trainer_config.RAY_TRAIN_ENV,
+        **nccl.env_for(spec.network),
+    }
     if head:
         requests_limits: dict[str, Any] = {
             "requests": {"cpu": HEAD_CPU, "memory": head_memory_request(resource)},

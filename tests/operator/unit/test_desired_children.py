@@ -438,3 +438,12 @@ def test_drift_is_a_desired_field_that_differs_not_a_field_the_apiserver_added(
     from trainop.controller import apply
 
     assert apply.contains(existing, desired) is same
+
+
+@pytest.mark.parametrize("group", ["head", "worker"])
+def test_every_ray_container_turns_ray_trains_preemption_watcher_off(group: str) -> None:
+    """The trainer never asks the watcher (preemption goes through the preStop hook), and its start logs an
+    error-level line in every job's log: off on every Ray process, as in the trainer's own tests."""
+    (container,) = pods(job_children()["RayJob"])[group]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] == "0"
