@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from trainop.api import manifest, resources
-from trainop.controller import children, kinds
+from trainop.controller import children, kinds, rayjob
 
 #: A syntactically valid uid that says it is not a real one.
 PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"
@@ -69,16 +69,17 @@ def pod_summary(resource: manifest.Resource, rendered: Iterable[dict[str, Any]])
     total_memory = 0
     total_gpus = 0
     for name, count, template in groups:
-        container = template["spec"]["containers"][0]
-        requests = container["resources"]["requests"]
-        gpus = int(container["resources"].get("limits", {}).get("nvidia.com/gpu", 0))
-        shm = next(v for v in template["spec"]["volumes"] if "emptyDir" in v)["emptyDir"]["sizeLimit"]
-        gpu_text = f", {gpus} GPU" if gpus else ""
-        sizes = f"cpu {requests['cpu']}, memory {requests['memory']}{gpu_text}; /dev/shm {shm}"
+        pod = rayjob.pod_requests(template["spec"])
+        (shm,) = [
+            v["emptyDir"]["sizeLimit"] for v in template["spec"]["volumes"] if v["name"] == rayjob.VOLUME_SHM
+        ]
+        gpu_text = f", {pod.gpus} GPU" if pod.gpus else ""
+        memory = resources.format_bytes(pod.memory_bytes)
+        sizes = f"cpu {pod.cpu:g}, memory {memory}{gpu_text}; /dev/shm {shm}"
         lines.append(f"  {name}: {count} x ({sizes})")
-        total_cpu += count * _cpu(requests["cpu"])
-        total_memory += count * resources.quantity_bytes(requests["memory"])
-        total_gpus += count * gpus
+        total_cpu += count * pod.cpu
+        total_memory += count * pod.memory_bytes
+        total_gpus += count * pod.gpus
     gpu_total = f", {total_gpus} GPU" if total_gpus else ""
     lines.append(
         f"  requests in all: cpu {total_cpu:g}, memory {resources.format_bytes(total_memory)}{gpu_total}"
@@ -96,10 +97,6 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
 
 
 _Dumper.add_representer(str, _str)
-
-
-def _cpu(quantity: str) -> float:
-    return float(quantity[:-1]) / 1000 if quantity.endswith("m") else float(quantity)
 
 
 def render_text(resources_: Iterable[manifest.Resource], *, namespace: str | None, uid: str | None) -> str:

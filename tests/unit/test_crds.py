@@ -217,9 +217,9 @@ def _defaults_not_stated(node: dict[str, Any], path: str) -> list[str]:
     missing = []
     for name, sub in node.get("properties", {}).items():
         default, description = sub.get("default"), str(sub.get("description", ""))
-        if default is not None and not isinstance(default, (dict, list)):
-            if "default" not in description.lower() or shown(default) not in description:
-                missing.append(f"{path}.{name} (default {default!r})")
+        stated = "default" in description.lower() and shown(default) in description
+        if default is not None and not isinstance(default, (dict, list)) and not stated:
+            missing.append(f"{path}.{name} (default {default!r})")
         missing.extend(_defaults_not_stated(sub, f"{path}.{name}"))
     if isinstance(node.get("additionalProperties"), dict):
         missing.extend(_defaults_not_stated(node["additionalProperties"], f"{path}.<key>"))

@@ -46,9 +46,9 @@ def test_render_leads_with_the_pods_and_their_requests_in_all() -> None:
     head = run_render(str(DEMO)).stdout.splitlines()[:4]
     assert head == [
         "# TrainingJob cpu-mlp, attempt 1: the Ray pods it asks for",
-        "#   head: 1 x (cpu 1, memory 3Gi; /dev/shm 2Gi)",
+        "#   head: 1 x (cpu 1.01, memory 3136Mi; /dev/shm 2Gi)",
         "#   workers: 2 x (cpu 1, memory 2Gi; /dev/shm 1Gi)",
-        "#   requests in all: cpu 3, memory 7Gi",
+        "#   requests in all: cpu 3.01, memory 7232Mi",
     ]
 
 

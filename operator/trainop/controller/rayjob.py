@@ -37,6 +37,12 @@ Choices, each for a reason:
   the helper's start-up and for ``ray start`` to stop after it. The head gets neither: it runs no training
   process (``num-cpus: 0`` while every Train worker asks for CPUs), so the helper would find nothing to
   signal there; losing the head ends the attempt, and the next one resumes from the latest checkpoint.
+- The job's log on the pods' log subresource: the driver's output (every rank's lines, forwarded by Ray)
+  goes to a file under Ray's temp dir on the head, not to a container's stdout. The head pod therefore
+  has a second, small container ``trainer-log`` (``python -m trainop_trainer.logtail``) that prints that
+  file, sharing Ray's temp dir (``/tmp/ray``, an emptyDir) with the Ray container: ``kubectl logs <head> -c
+  trainer-log`` and ``kubectl trainop logs`` read it. Ray's log deduplication is off on the head
+  (``RAY_DEDUP_LOGS=0``): it would fold identical lines of different ranks into one.
 - A TuningSweep's head also hosts the trial drivers and their Train controllers (docs/sweep.md, about
   2 GiB per concurrent trial, measured): its memory is ``2 GiB + maxConcurrentTrials x 2 GiB`` and it
   advertises ``maxConcurrentTrials`` units of the custom Ray resource ``trainop_trial_driver``, which each
@@ -48,6 +54,8 @@ This module must not talk to the API or read the clock.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 from typing import Any
 
@@ -56,6 +64,11 @@ from trainop.controller import kinds, meta
 
 RAY_API_VERSION = "ray.io/v1"
 HEAD_CONTAINER = "ray-head"
+# The head's log follower (trainop_trainer.logtail) and what it needs: Ray's temp dir shared with it.
+LOG_CONTAINER = "trainer-log"
+LOG_COMMAND = ("python", "-m", "trainop_trainer.logtail", "/tmp/ray")
+RAY_TEMP_DIR = "/tmp/ray"
+LOG_CONTAINER_RESOURCES = {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}}
 WORKER_CONTAINER = "ray-worker"
 WORKER_GROUP = "workers"
 CONFIG_DIR = "/etc/trainop"
@@ -83,6 +96,7 @@ PRESTOP_MARGIN_SECONDS = 5
 VOLUME_CHECKPOINTS = "checkpoints"
 VOLUME_CONFIG = "trainer-config"
 VOLUME_SHM = "dshm"
+VOLUME_RAY_TEMP = "ray-tmp"
 
 
 def desired_rayjob(resource: manifest.Resource, attempt: int) -> dict[str, Any]:
@@ -178,7 +192,7 @@ def pod_template(resource: manifest.Resource, attempt: int, *, head: bool) -> di
             "fsGroupChangePolicy": "OnRootMismatch",
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "containers": [_container(resource, spec, head=head)],
+        "containers": [_container(resource, spec, head=head), *([_log_container(spec)] if head else [])],
         "volumes": [
             {"name": VOLUME_CHECKPOINTS, "persistentVolumeClaim": {"claimName": kinds.claim_name(resource)}},
             {
@@ -189,6 +203,7 @@ def pod_template(resource: manifest.Resource, attempt: int, *, head: bool) -> di
                 },
             },
             {"name": VOLUME_SHM, "emptyDir": {"medium": "Memory", "sizeLimit": shm}},
+            *([{"name": VOLUME_RAY_TEMP, "emptyDir": {}}] if head else []),
         ],
     }
     if not head:
@@ -214,6 +229,7 @@ def _container(
         **nccl.env_for(spec.network),
     }
     if head:
+        env["RAY_DEDUP_LOGS"] = "0"  # every rank's lines, as they were written (see the module docstring)
         requests_limits: dict[str, Any] = {
             "requests": {"cpu": HEAD_CPU, "memory": head_memory_request(resource)},
             "limits": {"memory": head_memory(resource)},
@@ -246,13 +262,9 @@ def _container(
             {"name": VOLUME_CHECKPOINTS, "mountPath": trainer_config.CHECKPOINT_MOUNT_PATH},
             {"name": VOLUME_CONFIG, "mountPath": CONFIG_DIR, "readOnly": True},
             {"name": VOLUME_SHM, "mountPath": "/dev/shm"},
+            *([{"name": VOLUME_RAY_TEMP, "mountPath": RAY_TEMP_DIR}] if head else []),
         ],
-        "securityContext": {
-            "runAsNonRoot": True,
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": _container_security(),
     }
     if ports:
         container["ports"] = ports
@@ -260,6 +272,49 @@ def _container(
         timeout = prestop_timeout_seconds(workers.termination_grace_period_seconds)
         container["lifecycle"] = {"preStop": {"exec": {"command": [*PRESTOP_COMMAND, str(timeout)]}}}
     return container
+
+
+def _container_security() -> dict[str, Any]:
+    """Pod Security ``restricted`` for a container (a new dict each time: manifests share nothing)."""
+    return {
+        "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _log_container(spec: trainingjob.TrainingJobSpec) -> dict[str, Any]:
+    """The head's log follower: the job driver's log (every rank's lines) on this container's stdout."""
+    return {
+        "name": LOG_CONTAINER,
+        "image": spec.image,
+        "command": list(LOG_COMMAND),
+        "resources": copy.deepcopy(LOG_CONTAINER_RESOURCES),
+        "volumeMounts": [{"name": VOLUME_RAY_TEMP, "mountPath": RAY_TEMP_DIR, "readOnly": True}],
+        "securityContext": _container_security(),
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class PodRequests:
+    """What one pod asks the scheduler for: the sum over its containers."""
+
+    cpu: float
+    memory_bytes: int
+    gpus: int
+
+
+def pod_requests(pod_spec: dict[str, Any]) -> PodRequests:
+    """The requests of a pod template's spec, every container counted (the head's log follower too)."""
+    cpu, memory, gpus = 0.0, 0, 0
+    for container in pod_spec["containers"]:
+        requests = container.get("resources", {}).get("requests", {})
+        quantity = str(requests.get("cpu", "0"))
+        cpu += float(quantity[:-1]) / 1000 if quantity.endswith("m") else float(quantity)
+        memory += resources.quantity_bytes(str(requests.get("memory", "0")))
+        gpus += int(container.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0))
+    return PodRequests(cpu=cpu, memory_bytes=memory, gpus=gpus)
 
 
 def _cpu(cpus: float) -> str:

@@ -37,7 +37,7 @@ def worker_pod(body: dict[str, Any]) -> dict[str, Any]:
 
 def sized(pod: dict[str, Any]) -> tuple[dict[str, str], str]:
     """The container's requests and the /dev/shm size of a pod template."""
-    (container,) = pod["containers"]
+    container = pod["containers"][0]  # the Ray container
     (shm,) = [v for v in pod["volumes"] if v["name"] == rayjob.VOLUME_SHM]
     return container["resources"]["requests"], shm["emptyDir"]["sizeLimit"]
 
@@ -102,7 +102,7 @@ def test_every_fitted_dev_shm_holds_rays_object_store_so_ray_does_not_fall_back_
     cluster = ray_job["spec"]["rayClusterSpec"]
     for template in [cluster["headGroupSpec"]["template"], cluster["workerGroupSpecs"][0]["template"]]:
         pod = template["spec"]
-        (container,) = pod["containers"]
+        container = pod["containers"][0]  # the Ray container
         _, shm = sized(pod)
         limit = resources.quantity_bytes(container["resources"]["limits"]["memory"])
         assert resources.quantity_bytes(shm) >= 0.3 * limit
@@ -125,20 +125,16 @@ def _resources(path: pathlib.Path) -> list[manifest.Resource]:
         return []  # not a trainop manifest (Argo CD applications, kustomizations)
 
 
-def every_pod(resource: manifest.Resource) -> list[tuple[str, int, dict[str, str]]]:
-    """(group, pod count, requests) of every pod the resource's RayJob asks KubeRay for."""
+def every_pod(resource: manifest.Resource) -> list[tuple[str, int, rayjob.PodRequests]]:
+    """(group, pod count, requests of all its containers) of every pod the resource's RayJob asks for."""
     body = resource.model_dump(mode="json", by_alias=True, exclude_none=True)
     body["metadata"]["uid"] = "0f0e0d0c-0000-4000-8000-000000000001"
     body["metadata"]["namespace"] = "default"
     cluster = ray_job_of(body)["spec"]["rayClusterSpec"]
     (workers,) = cluster["workerGroupSpecs"]
     return [
-        ("head", 1, cluster["headGroupSpec"]["template"]["spec"]["containers"][0]["resources"]["requests"]),
-        (
-            "workers",
-            workers["replicas"],
-            workers["template"]["spec"]["containers"][0]["resources"]["requests"],
-        ),
+        ("head", 1, rayjob.pod_requests(cluster["headGroupSpec"]["template"]["spec"])),
+        ("workers", workers["replicas"], rayjob.pod_requests(workers["template"]["spec"])),
     ]
 
 
@@ -151,21 +147,21 @@ def test_the_cpu_examples_are_found() -> None:
 def test_every_pod_of_a_cpu_example_fits_a_4_cpu_8_gib_node(example: pathlib.Path) -> None:
     for resource in _resources(example):
         for group, _, requests in every_pod(resource):
-            assert cpu(requests["cpu"]) <= SMALL_NODE_CPUS, (example.name, group, requests)
-            assert resources.quantity_bytes(requests["memory"]) <= SMALL_NODE_MEMORY, (example.name, group)
+            assert requests.cpu <= SMALL_NODE_CPUS, (example.name, group, requests)
+            assert requests.memory_bytes <= SMALL_NODE_MEMORY, (example.name, group, requests)
 
 
 def test_the_whole_cpu_demo_fits_one_4_cpu_8_gib_node() -> None:
     """`make demo`'s job (the issue's 36 GiB): head and both workers together on one small node."""
     (job,) = manifest.load_file(EXAMPLES / "cpu-mlp.yaml")
     pods = every_pod(job)
-    assert sum(count * cpu(r["cpu"]) for _, count, r in pods) <= SMALL_NODE_CPUS
-    assert sum(count * resources.quantity_bytes(r["memory"]) for _, count, r in pods) <= SMALL_NODE_MEMORY
+    assert sum(count * r.cpu for _, count, r in pods) <= SMALL_NODE_CPUS
+    assert sum(count * r.memory_bytes for _, count, r in pods) <= SMALL_NODE_MEMORY
 
 
 def test_a_trainingjob_head_requests_what_its_processes_measured_and_may_use_more() -> None:
     cluster = ray_job_of(factories.job())["spec"]["rayClusterSpec"]
-    (container,) = cluster["headGroupSpec"]["template"]["spec"]["containers"]
+    container = cluster["headGroupSpec"]["template"]["spec"]["containers"][0]
     assert container["resources"] == {"requests": {"cpu": "1", "memory": "3Gi"}, "limits": {"memory": "4Gi"}}
 
 
@@ -173,7 +169,7 @@ def test_a_trainingjob_head_requests_what_its_processes_measured_and_may_use_mor
 def test_the_trainer_asks_ray_for_exactly_the_worker_pods_cpus(gpus: int, loaders: int) -> None:
     """KubeRay gives Ray the container's CPU limit; Ray Train's workers of one pod must ask for no more."""
     body = unsized_job(gpus=gpus, loaders=loaders)
-    (container,) = worker_pod(body)["containers"]
+    container = worker_pod(body)["containers"][0]
     pod_cpus = cpu(container["resources"]["limits"]["cpu"])
     resource = kinds.parse(body)
     config = json.loads(kinds.render_config(resource, 1))
