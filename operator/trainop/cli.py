@@ -5,6 +5,10 @@
     trainop render FILE            print the objects the operator would create for a manifest (offline)
     trainop run FILE               local mode: run a TrainingJob/TuningSweep on a local Ray runtime
     trainop operator               start the kopf operator
+    trainop status|logs|checkpoints|suspend|resume|restart NAME
+                                   day-2 verbs against a cluster (``trainop.plugin``), also as the kubectl
+                                   plugin ``kubectl trainop ...`` (the same program installed as
+                                   ``kubectl-trainop``)
 
 Heavy imports (kopf, ray, torch) happen inside the subcommand that needs them, so ``trainop validate``
 stays instant and works with only the base install.
@@ -13,6 +17,7 @@ stays instant and works with only the base install.
 from __future__ import annotations
 
 import argparse
+import os
 import pathlib
 import sys
 import textwrap
@@ -20,6 +25,11 @@ from collections.abc import Sequence
 
 from trainop.api import crd, manifest, reference
 from trainop.controller import options
+from trainop.plugin import commands as plugin_commands
+
+# Installed twice ([project.scripts]): as `trainop` and as `kubectl-trainop`, which kubectl runs for
+# `kubectl trainop ...`.
+KUBECTL_PLUGIN = "kubectl-trainop"
 
 
 def _cmd_crds(args: argparse.Namespace) -> int:
@@ -113,9 +123,9 @@ def _cmd_operator(args: argparse.Namespace) -> int:
     return controller_main.run(**options.run_kwargs(args))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "trainop") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="trainop", description="Distributed PyTorch training on Ray, as Kubernetes resources."
+        prog=prog, description="Distributed PyTorch training on Ray, as Kubernetes resources."
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -173,11 +183,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("operator", help="start the operator (kopf)")
     options.add_arguments(p, default_log_format="plain")
     p.set_defaults(func=_cmd_operator)
+
+    plugin_commands.add_parsers(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    invoked_as = os.path.basename(sys.argv[0]) if sys.argv else ""
+    prog = "kubectl trainop" if invoked_as == KUBECTL_PLUGIN else "trainop"
+    args = build_parser(prog).parse_args(argv)
     result: int = args.func(args)
     return result
 
