@@ -25,9 +25,10 @@ sharedMemory    half of memory                        half of memory
 Ray's object store, which Ray sizes at 30 % of the pod's memory and places in /dev/shm only when it fits
 there (otherwise it warns and falls back to disk), plus NCCL's intra-node buffers and DataLoader batches.
 
-A CPU worker of the demo (one rank, no loaders) measured about 1.2 GiB of its processes' memory (the rank
-0.6 GiB proportional set size, Ray's raylet, agents and one idle worker), docs/api-defaults.md. A GPU
-rank's figure (12 GiB plus loaders) keeps the former 1-GPU default of 16 GiB for the default two loaders.
+A CPU worker of the demo (one rank, no loaders) measured about 1.2 GiB of its processes' memory (the rank,
+Ray's raylet, agents and one idle worker; docs/operator.md, "Pod sizes"). A GPU rank's figure (12 GiB plus
+loaders) keeps the former 1-GPU default of 16 GiB for the default two loaders; bench/gpu/host_memory.py
+measures it (not run yet).
 
 This module must not import anything heavier than pydantic (both images import the API).
 """
