@@ -3,8 +3,13 @@
     trainop crds [--out DIR]       print (or write) the CRDs generated from the models (and the docs and the
                                    chart's RBAC template: --docs FILE, --chart-rbac FILE)
     trainop validate FILE...       validate manifests with the same models; field-level messages
+    trainop render FILE            print the objects the operator would create for a manifest (offline)
     trainop run FILE               local mode: run a TrainingJob/TuningSweep on a local Ray runtime
     trainop operator               start the kopf operator
+    trainop status|logs|checkpoints|suspend|resume|restart NAME
+                                   day-2 verbs against a cluster (``trainop.plugin``), also as the kubectl
+                                   plugin ``kubectl trainop ...`` (the same program installed as
+                                   ``kubectl-trainop``)
 
 Heavy imports (kopf, ray, torch) happen inside the subcommand that needs them, so ``trainop validate``
 stays instant and works with only the base install.
@@ -13,12 +18,19 @@ stays instant and works with only the base install.
 from __future__ import annotations
 
 import argparse
+import os
 import pathlib
 import sys
+import textwrap
 from collections.abc import Sequence
 
 from trainop.api import crd, manifest, reference
 from trainop.controller import options, rbac
+from trainop.plugin import commands as plugin_commands
+
+# Installed twice ([project.scripts]): as `trainop` and as `kubectl-trainop`, which kubectl runs for
+# `kubectl trainop ...`.
+KUBECTL_PLUGIN = "kubectl-trainop"
 
 
 def _cmd_crds(args: argparse.Namespace) -> int:
@@ -49,10 +61,35 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             failed += 1
             for error in exc.errors:
                 print(f"{path}: {error}", file=sys.stderr)
+                if error.explanation:
+                    # The field's own description (the CRD's, `kubectl explain`'s): what it is for.
+                    field = error.explained_field.removeprefix("spec.")
+                    print(
+                        textwrap.fill(
+                            f"{field}: {error.explanation}",
+                            width=100,
+                            initial_indent="    ",
+                            subsequent_indent="    ",
+                        ),
+                        file=sys.stderr,
+                    )
             continue
         for resource in resources:
             print(f"{path}: {resource.kind}/{resource.metadata.name} is valid")
     return 1 if failed else 0
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    from trainop import render  # the operator's pure builders: no API access
+
+    try:
+        resources = manifest.load_file(args.file)
+    except manifest.ManifestError as exc:
+        for error in exc.errors:
+            print(f"{args.file}: {error}", file=sys.stderr)
+        return 2
+    print(render.render_text(resources, namespace=args.namespace, uid=args.uid), end="")
+    return 0
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -90,9 +127,9 @@ def _cmd_operator(args: argparse.Namespace) -> int:
     return controller_main.run(**options.run_kwargs(args))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "trainop") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="trainop", description="Distributed PyTorch training on Ray, as Kubernetes resources."
+        prog=prog, description="Distributed PyTorch training on Ray, as Kubernetes resources."
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -112,6 +149,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="+", metavar="FILE")
     p.set_defaults(func=_cmd_validate)
 
+    p = sub.add_parser(
+        "render",
+        help="print the objects the operator would create for a manifest (attempt 1), without a cluster",
+        description="Print, as YAML, the objects the operator creates for each TrainingJob/TuningSweep "
+        "in FILE when it starts attempt 1: the checkpoint claim, the trainer ConfigMap, the RBAC "
+        "objects and the RayJob with its pod templates, built by the operator's own code. A comment "
+        "sums up the pods and their requests.",
+    )
+    p.add_argument("file", metavar="FILE")
+    p.add_argument(
+        "--namespace",
+        "-n",
+        default=None,
+        help="namespace for a manifest that names none (default: default)",
+    )
+    p.add_argument(
+        "--uid",
+        default=None,
+        help="the owner's uid for owner references (the apiserver assigns it; default: all zeros)",
+    )
+    p.set_defaults(func=_cmd_render)
+
     p = sub.add_parser("run", help="run a manifest locally on Ray (no cluster needed)")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--workers", type=int, default=None, help="override spec.workers.replicas")
@@ -120,7 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="STEP",
-        help="kill one worker once at this step to show recovery from the last checkpoint",
+        help="kill one worker once, at STEP if a checkpoint exists by then (else right after the next "
+        "checkpoint), to show recovery from the newest checkpoint",
     )
     p.add_argument(
         "--state-dir", default=".trainop", help="where checkpoints and status go (default .trainop)"
@@ -132,11 +192,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("operator", help="start the operator (kopf)")
     options.add_arguments(p, default_log_format="plain")
     p.set_defaults(func=_cmd_operator)
+
+    plugin_commands.add_parsers(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    invoked_as = os.path.basename(sys.argv[0]) if sys.argv else ""
+    prog = "kubectl trainop" if invoked_as == KUBECTL_PLUGIN else "trainop"
+    args = build_parser(prog).parse_args(argv)
     result: int = args.func(args)
     return result
 

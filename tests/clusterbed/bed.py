@@ -300,7 +300,7 @@ class ClusterBed:
 
     def _wait_nodes_ready(self) -> None:
         names = {node.name for node in self.settings.nodes}
-        core = kubernetes.client.CoreV1Api(self.api_client())
+        core: Any = kubernetes.client.CoreV1Api(self.api_client())
 
         def ready() -> bool:
             nodes = core.list_node().items
@@ -314,7 +314,7 @@ class ClusterBed:
         self._wait(f"nodes {sorted(names)} Ready", ready)
 
     def _wait_rollout(self, namespace: str, deployment: str) -> None:
-        apps = kubernetes.client.AppsV1Api(self.api_client())
+        apps: Any = kubernetes.client.AppsV1Api(self.api_client())
 
         def ready() -> bool:
             with contextlib.suppress(kubernetes.client.ApiException):

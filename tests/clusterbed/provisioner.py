@@ -96,10 +96,11 @@ def wants_volume(claim: dict[str, Any], classes: dict[str, dict[str, Any]]) -> b
 
 
 class NodeLocalProvisioner:
-    def __init__(self, *, api_client: kubernetes.client.ApiClient, volumes_dir: Path) -> None:
-        self.core = kubernetes.client.CoreV1Api(api_client)
-        self.storage = kubernetes.client.StorageV1Api(api_client)
-        self.api_client = api_client
+    def __init__(self, *, api_client: Any, volumes_dir: Path) -> None:
+        # Any: the kubernetes client's generated API is only partly typed.
+        self.core: Any = kubernetes.client.CoreV1Api(api_client)
+        self.storage: Any = kubernetes.client.StorageV1Api(api_client)
+        self.api_client: Any = api_client
         self.volumes_dir = volumes_dir
         self.stopping = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -136,7 +137,7 @@ class NodeLocalProvisioner:
         }
 
     def _stream(self, list_fn: Any) -> Any:
-        watch = kubernetes.watch.Watch()
+        watch: Any = kubernetes.watch.Watch()  # type: ignore[no-untyped-call]
         listed = list_fn(_preload_content=False)
         import json
 
@@ -221,7 +222,9 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     provisioner = NodeLocalProvisioner(
-        api_client=kubernetes.config.new_client_from_config(config_file=args.kubeconfig),
+        api_client=kubernetes.config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=args.kubeconfig
+        ),
         volumes_dir=args.volumes_dir,
     )
     provisioner.start()

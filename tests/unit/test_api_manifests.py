@@ -71,11 +71,11 @@ def _cpu_mlp() -> dict[str, Any]:
 def test_a_null_field_means_its_default_as_the_apiserver_reads_it() -> None:
     document = _cpu_mlp()
     document["spec"]["checkpoint"]["intervalMinutes"] = None
-    document["spec"]["workers"]["memoryPerWorker"] = None
+    document["spec"]["workers"]["terminationGracePeriodSeconds"] = None
     job = manifest.parse_object(document)
     assert isinstance(job, trainingjob.TrainingJob)
     assert job.spec.checkpoint.interval_minutes == 10.0  # not "no interval": the apiserver prunes the null
-    assert job.spec.workers.memory_per_worker == "16Gi"
+    assert job.spec.workers.termination_grace_period_seconds == 120
 
 
 def test_a_whole_number_written_as_a_float_is_an_integer_as_the_apiserver_reads_it() -> None:

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from trainop import cli
+from trainop.api import crd, reference
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -18,6 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
     [
         ["crds"],
         ["validate", "x.yaml"],
+        ["render", "x.yaml", "--namespace", "team-a", "--uid", "0f0e0d0c-0000-4000-8000-000000000001"],
         ["run", "x.yaml", "--fresh", "--verbose", "--workers", "2", "--inject-failure-at-step", "5"],
         [
             "operator",
@@ -53,3 +55,49 @@ def test_crds_prints_both_definitions() -> None:
     )
     assert "name: trainingjobs.trainop.dev" in result.stdout
     assert "name: tuningsweeps.trainop.dev" in result.stdout
+
+
+def test_validate_explains_the_refused_field_with_the_description_kubectl_explain_shows() -> None:
+    bad = ROOT / "tests" / "data" / "invalid" / "21-zero-replicas.yaml"
+    result = subprocess.run(
+        [sys.executable, "-m", "trainop", "validate", str(bad)], capture_output=True, text=True
+    )
+    assert result.returncode == 1
+    first, *explanation = result.stderr.splitlines()
+    assert first.endswith("spec.workers.replicas: must be greater than or equal to 1")
+    shown = " ".join(" ".join(explanation).split())
+    described = crd.trainingjob_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"][
+        "spec"
+    ]["properties"]["workers"]["properties"]["replicas"]["description"]
+    assert shown == f"workers.replicas: {described}"
+
+
+def test_a_misspelt_field_is_refused_naming_the_field_it_resembles() -> None:
+    bad = ROOT / "tests" / "data" / "invalid" / "32-typo-field.yaml"
+    result = subprocess.run(
+        [sys.executable, "-m", "trainop", "validate", str(bad)], capture_output=True, text=True
+    )
+    assert result.returncode == 1
+    assert "spec.workers.replicaz: unknown field: did you mean replicas?" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("path", "field"),
+    [
+        ("spec.workers.tolerations[0].effect", "spec.workers.tolerations[0].effect"),
+        ("spec.network.ncclEnv.LD_PRELOAD", "spec.network.ncclEnv"),
+        ("spec.workers.replicaz", "spec.workers"),
+    ],
+)
+def test_an_error_path_below_or_beside_the_schema_is_explained_by_its_nearest_described_field(
+    path: str, field: str
+) -> None:
+    found = reference.field_description("TrainingJob", path)
+    assert found is not None and found[0] == field and found[1]
+
+
+def test_a_search_space_key_with_dots_is_one_map_key() -> None:
+    found = reference.field_description("TuningSweep", "spec.searchSpace.hyperparameters.learningRate.lower")
+    assert found is not None
+    assert found[0] == "spec.searchSpace.hyperparameters.learningRate.lower"
+    assert found[1].startswith("Lowest value")

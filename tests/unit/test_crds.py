@@ -154,3 +154,99 @@ def test_api_reference_in_docs_matches_the_models() -> None:
     assert (ROOT / "docs" / "api.md").read_text() == reference.render(), (
         "docs/api.md is stale: run `make crds`"
     )
+
+
+def _undescribed(node: dict[str, Any], path: str) -> list[str]:
+    """Paths of schema properties (nested objects, array items and map values included) without a
+    description: what `kubectl explain` would print as <no description>."""
+    missing = []
+    for name, sub in node.get("properties", {}).items():
+        if not str(sub.get("description", "")).strip():
+            missing.append(f"{path}.{name}")
+        missing.extend(_undescribed(sub, f"{path}.{name}"))
+    if isinstance(node.get("additionalProperties"), dict):
+        missing.extend(_undescribed(node["additionalProperties"], f"{path}.<key>"))
+    if "items" in node:
+        missing.extend(_undescribed(node["items"], f"{path}[]"))
+    return missing
+
+
+@pytest.mark.parametrize("filename", sorted(crd.all_crds()))
+def test_every_field_of_spec_and_status_has_a_description_for_kubectl_explain(filename: str) -> None:
+    obj = crd.all_crds()[filename]
+    schema = obj["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert schema["description"]
+    kind = obj["spec"]["names"]["kind"]
+    # metadata is ObjectMeta, documented by Kubernetes; the apiserver refuses a description on it.
+    assert _undescribed(schema, kind) == [f"{kind}.metadata"]
+    assert schema["properties"]["metadata"] == {"type": "object"}
+
+
+def test_the_description_walk_finds_an_undescribed_field_nested_in_array_items_and_map_values() -> None:
+    """The check above could pass by not looking: here it must find the two holes."""
+    schema = {
+        "properties": {
+            "a": {
+                "description": "x",
+                "type": "array",
+                "items": {"properties": {"b": {"type": "string"}}},
+            },
+            "m": {
+                "description": "y",
+                "type": "object",
+                "additionalProperties": {"properties": {"c": {"type": "string"}}},
+            },
+        }
+    }
+    assert _undescribed(schema, "T") == ["T.a[].b", "T.m.<key>.c"]
+
+
+def test_descriptions_are_the_models_attribute_docstrings_folded_into_one_paragraph() -> None:
+    workers = crd.trainingjob_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
+        "properties"
+    ]["workers"]["properties"]
+    docstring = trainingjob.Workers.model_fields["replicas"].description
+    assert docstring is not None and "\n" in docstring  # written over several lines in the model
+    assert workers["replicas"]["description"] == " ".join(docstring.split())
+
+
+@pytest.mark.parametrize(
+    "field", ["cpusPerWorker", "memoryPerWorker", "sharedMemory"], ids=lambda f: f"workers.{f}"
+)
+def test_a_size_fitted_to_the_job_has_no_static_default_and_says_how_it_is_sized(field: str) -> None:
+    workers = crd.trainingjob_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
+        "properties"
+    ]["workers"]
+    assert field not in workers["default"]
+    assert "default" not in workers["properties"][field]
+    assert "Unset (the default)" in workers["properties"][field]["description"]
+
+
+def _defaults_not_stated(node: dict[str, Any], path: str) -> list[str]:
+    """Fields with a static default whose description does not state it (kubectl explain shows no
+    defaults of its own, so the description is where a user learns them)."""
+
+    def shown(value: Any) -> str:
+        if isinstance(value, bool):
+            return str(value).lower()
+        return f"{value:g}" if isinstance(value, float) else str(value)
+
+    missing = []
+    for name, sub in node.get("properties", {}).items():
+        default, description = sub.get("default"), str(sub.get("description", ""))
+        stated = "default" in description.lower() and shown(default) in description
+        if default is not None and not isinstance(default, (dict, list)) and not stated:
+            missing.append(f"{path}.{name} (default {default!r})")
+        missing.extend(_defaults_not_stated(sub, f"{path}.{name}"))
+    if isinstance(node.get("additionalProperties"), dict):
+        missing.extend(_defaults_not_stated(node["additionalProperties"], f"{path}.<key>"))
+    if "items" in node:
+        missing.extend(_defaults_not_stated(node["items"], f"{path}[]"))
+    return missing
+
+
+@pytest.mark.parametrize("filename", sorted(crd.all_crds()))
+def test_every_static_default_is_stated_in_its_fields_description(filename: str) -> None:
+    obj = crd.all_crds()[filename]
+    schema = obj["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert _defaults_not_stated(schema, obj["spec"]["names"]["kind"]) == []

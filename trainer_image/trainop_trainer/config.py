@@ -22,9 +22,10 @@ import os
 import pathlib
 from typing import Any
 
-from trainop.api import trainer_config, trainingjob
+from trainop.api import resources, trainer_config, trainingjob
 
-# Kill one worker (os._exit) once, right after the checkpoint at or after this step: the demo and the
+# Kill one worker (os._exit) once: at this step if a checkpoint exists by then, else right after the first
+# checkpoint after it (``runtime.Runtime.maybe_inject_failure``, every workload alike): the demo and the
 # resume tests use it to exercise Ray Train's worker-group restart. Read by the driver, passed to workers.
 INJECT_FAILURE_ENV = "TRAINOP_INJECT_FAILURE_AT_STEP"
 # Where worker processes register their PIDs so that a pod's preStop hook can signal them.
@@ -49,15 +50,15 @@ class Scaling:
 
 def scaling_for(spec: trainingjob.TrainingJobSpec) -> Scaling:
     workers = spec.workers
+    # The pod's CPUs, as the operator sized it (the spec's, or the job-sized default).
+    cpus = resources.worker_cpus(spec)
     if workers.gpus_per_worker > 0:
         return Scaling(
             num_workers=workers.replicas * workers.gpus_per_worker,
             use_gpu=True,
-            resources_per_worker={"CPU": workers.cpus_per_worker / workers.gpus_per_worker, "GPU": 1.0},
+            resources_per_worker={"CPU": cpus / workers.gpus_per_worker, "GPU": 1.0},
         )
-    return Scaling(
-        num_workers=workers.replicas, use_gpu=False, resources_per_worker={"CPU": workers.cpus_per_worker}
-    )
+    return Scaling(num_workers=workers.replicas, use_gpu=False, resources_per_worker={"CPU": cpus})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,6 +125,16 @@ class LaunchSettings:
 
 def dumps(config: trainer_config.TrainerConfig) -> str:
     return trainer_config.dumps(config)
+
+
+def injected_failure_note(step: int) -> str:
+    """What ``inject_failure_at_step=step`` does, in one sentence true for built-in models and user
+    entrypoints alike (both run ``Runtime.maybe_inject_failure``)."""
+    return (
+        f"a worker will be killed once: at step {step} if a checkpoint exists by then, else right after the "
+        f"first checkpoint after step {step}; Ray Train restarts the worker group, which resumes from the "
+        "newest checkpoint"
+    )
 
 
 def inject_failure_from_env() -> int | None:

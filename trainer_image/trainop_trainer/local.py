@@ -254,7 +254,7 @@ def run_manifest(
 ) -> int:
     """Run every TrainingJob in the manifest file locally; returns the process exit code (0 ok, 1 training
     failed, 2 invalid manifest). ``inject_failure_at_step`` (or $TRAINOP_INJECT_FAILURE_AT_STEP) kills one
-    worker once, right after the first checkpoint at or after that step."""
+    worker once (``config.injected_failure_note`` says when)."""
     out = out or sys.stdout
     return run_each(
         path,
@@ -325,15 +325,13 @@ def _run_job(
     for note in plan.notes:
         print(f"trainop: note: {note}", file=out)
     if inject is not None:
-        print(
-            f"trainop: note: a worker will be killed once, right after the first checkpoint at or after step "
-            f"{inject}; Ray Train restarts the worker group and resumes from that checkpoint",
-            file=out,
-        )
+        print(f"trainop: note: {config_module.injected_failure_note(inject)}", file=out)
     out.flush()
     if verbose:
         configure_logging(rank=None)
-    ray_train.ensure_ray(num_cpus=plan.logical_cpus, num_gpus=plan.num_gpus or None, log_to_driver=verbose)
+    ray_train.ensure_ray(
+        num_cpus=plan.logical_cpus, num_gpus=plan.num_gpus or None, log_to_driver=verbose, quiet=not verbose
+    )
     paths = config_module.paths_for(config)
     preempt.reset()
     preempt.install_driver_handler(paths.stop_file, grace_s=STOP_GRACE_S)

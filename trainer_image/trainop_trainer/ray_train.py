@@ -36,6 +36,9 @@ from trainop_trainer import nccl
 log = logging.getLogger(__name__)
 
 _FORWARDED_ENV = ("PYTHONPATH", config_module.PID_DIR_ENV)
+# Where Ray (2.60) says, on every start of a local Ray, that it turned token authentication on.
+_TOKEN_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
+_TOKEN_NOTICE = "Token authentication is enabled for this Ray cluster"
 
 
 def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
@@ -99,17 +102,36 @@ def worker_env(config: trainer_config.TrainerConfig) -> dict[str, str]:
     return env
 
 
+def _drop_token_notice(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith(_TOKEN_NOTICE)
+
+
 def ensure_ray(
-    *, num_cpus: int | None = None, num_gpus: int | None = None, log_to_driver: bool = True
+    *,
+    num_cpus: int | None = None,
+    num_gpus: int | None = None,
+    log_to_driver: bool = True,
+    quiet: bool = False,
 ) -> None:
-    """Connect to the Ray cluster of RAY_ADDRESS (KubeRay sets it), or start a local one."""
+    """Connect to the Ray cluster of RAY_ADDRESS (KubeRay sets it), or start a local one. ``quiet``: Ray's
+    own INFO lines on this process (``Started a local Ray instance``) are not shown, its warnings are."""
     import ray
 
     if ray.is_initialized():
         return
+    level = logging.WARNING if quiet else logging.INFO
+    # trainer_config.RAY_TRAIN_ENV (the preemption watcher off), unless the environment says otherwise.
+    # Before ray.init: a local raylet, and through it every Ray worker (a sweep's trial drivers call fit()
+    # there), inherits it; fit() in this process hands it to the Train controller.
+    for key, value in trainer_config.RAY_TRAIN_ENV.items():
+        os.environ.setdefault(key, value)
     if os.environ.get("RAY_ADDRESS"):
-        ray.init(log_to_driver=log_to_driver)
+        ray.init(log_to_driver=log_to_driver, logging_level=level)
         return
+    # A local Ray turns token authentication on by default (good: nothing else on the machine can submit
+    # work to it) and says so at WARNING level on every run, although there is nothing to act on. The
+    # notice is dropped; the mode is Ray's default either way (RAY_AUTH_MODE still decides).
+    logging.getLogger(_TOKEN_NOTICE_LOGGER).addFilter(_drop_token_notice)
     # address="local": always a new runtime of our size, even when another Ray runs on this machine
     # (without it ray.init joins that one and refuses num_cpus).
     ray.init(
@@ -118,6 +140,7 @@ def ensure_ray(
         num_gpus=num_gpus,
         include_dashboard=False,
         log_to_driver=log_to_driver,
+        logging_level=level,
     )
 
 

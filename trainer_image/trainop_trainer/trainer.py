@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from torch.utils.data import default_collate
 
-from trainop.api import trainingjob
+from trainop.api import resources, trainingjob
 from trainop_trainer import batch_finder, data, parallelize, schedule, stateful
 from trainop_trainer.runtime import Runtime
 from trainop_trainer.step_schedule import Decision, Outcome
@@ -195,7 +195,8 @@ class Trainer:
         if self.device.type == "cuda":
             gauge = batch_finder.CudaGauge(self.device, headroom=search.memory_headroom)
         else:
-            memory = batch_finder.quantity_bytes(self.spec.workers.memory_per_worker)
+            # The fitted size when memoryPerWorker is unset (the operator writes it into the config too).
+            memory = batch_finder.quantity_bytes(resources.worker_memory(self.spec))
             gauge = batch_finder.CpuGauge(memory_bytes=memory, processes=1, headroom=search.memory_headroom)
         budget = int(-control.all_reduce_max(-float(gauge.budget)))  # the smallest budget of all ranks
         ddp = self.parallel.strategy == trainingjob.ParallelismStrategy.DDP

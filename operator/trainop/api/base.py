@@ -40,6 +40,9 @@ class ApiModel(pydantic.BaseModel):
 
     model_config = pydantic.ConfigDict(
         alias_generator=alias_generators.to_camel,
+        # A field's description is the docstring on the line after it: one source for the CRD
+        # (`kubectl explain`), docs/api.md and `trainop validate`.
+        use_attribute_docstrings=True,
         populate_by_name=True,
         extra="forbid",
         validate_assignment=True,
@@ -68,11 +71,18 @@ class Condition(ApiModel):
     """A Kubernetes-style condition (metav1.Condition)."""
 
     type: str
+    """The condition's name: SpecValid, SpecApplied, StorageReady, RayClusterReady, Running, Suspended,
+    Complete or Failed."""
     status: Literal["True", "False", "Unknown"]
+    """Whether the condition holds: True, False, or Unknown when the operator cannot tell yet."""
     reason: str
+    """Why, in one CamelCase word (e.g. Bound, ClaimNotFound, ImagePullBackOff, AppFailed)."""
     message: str = ""
+    """What happened and, for a problem, what to do about it, in a sentence."""
     last_transition_time: str | None = None
+    """When status last changed (RFC 3339, UTC)."""
     observed_generation: int | None = None
+    """The metadata.generation of the spec this condition was computed for."""
 
 
 def error_path(loc: tuple[int | str, ...]) -> str:

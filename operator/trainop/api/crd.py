@@ -15,6 +15,11 @@ Design choices:
 - Immutable fields (each kind's ``IMMUTABLE_FIELDS``) become transition rules (``oldSelf``) on the spec,
   so the apiserver refuses the edit at apply time; the operator still checks them (controller/acceptance)
   for objects written before the rule existed.
+- Every property carries the description of its field (the models' attribute docstrings), which is what
+  ``kubectl explain`` prints; the envelope's (apiVersion, kind, spec, status) come from the fields of the
+  kind's top-level model. ``metadata`` has none: the apiserver refuses anything but its type there.
+  Line breaks of a docstring are folded (a blank line keeps a paragraph), so kubectl wraps the text to
+  the terminal.
 """
 
 from __future__ import annotations
@@ -116,6 +121,8 @@ def _convert(node: JsonSchema, defs: dict[str, JsonSchema], *, apply_defaults: b
 
 
 def _finish(node: JsonSchema, *, apply_defaults: bool) -> JsonSchema:
+    if "description" in node:
+        node["description"] = _fold(node["description"])
     if node.get("default", 0) is None or not apply_defaults:
         node.pop("default", None)
     if node.get("type") == "object" and "x-kubernetes-preserve-unknown-fields" in node and "default" in node:
@@ -124,6 +131,11 @@ def _finish(node: JsonSchema, *, apply_defaults: bool) -> JsonSchema:
     if node.get("type") == "array" and node.get("default") == []:
         node.pop("default")
     return node
+
+
+def _fold(text: str) -> str:
+    """A docstring as one paragraph per blank-line-separated block."""
+    return "\n\n".join(" ".join(block.split()) for block in text.split("\n\n") if block.strip())
 
 
 def _key_rule(pattern: str) -> dict[str, str]:
@@ -166,6 +178,7 @@ def _immutable_rule(path: tuple[str, ...]) -> cel.Rule:
 
 
 def _object_schema(
+    model: type[pydantic.BaseModel],
     *,
     spec_model: type[pydantic.BaseModel],
     status_model: type[pydantic.BaseModel],
@@ -173,8 +186,16 @@ def _object_schema(
 ) -> JsonSchema:
     spec = structural_schema(spec_model, apply_defaults=True)
     spec.setdefault("x-kubernetes-validations", []).extend(_immutable_rule(path) for path in immutable_fields)
+
+    # The envelope is written by hand (apiVersion/kind/metadata are the apiserver's); its descriptions are
+    # the top-level model's.
+    def described(name: str, schema: JsonSchema) -> JsonSchema:
+        description = model.model_fields[name].description
+        return {**schema, "description": _fold(description)} if description else schema
+
     return {
         "type": "object",
+        "description": _fold(model.__doc__ or ""),
         "required": ["spec"],
         "x-kubernetes-validations": [
             {
@@ -187,11 +208,13 @@ def _object_schema(
             ),
         ],
         "properties": {
-            "apiVersion": {"type": "string"},
-            "kind": {"type": "string"},
+            "apiVersion": described("api_version", {"type": "string"}),
+            "kind": described("kind", {"type": "string"}),
+            # Nothing but the type: the apiserver refuses anything else on metadata (kubectl explain shows
+            # ObjectMeta's own documentation there).
             "metadata": {"type": "object"},
-            "spec": spec,
-            "status": structural_schema(status_model, apply_defaults=False),
+            "spec": described("spec", spec),
+            "status": described("status", structural_schema(status_model, apply_defaults=False)),
         },
     }
 
@@ -253,6 +276,7 @@ def trainingjob_crd() -> dict[str, Any]:
         plural="trainingjobs",
         short_names=["tj", "tjob"],
         schema=_object_schema(
+            trainingjob.TrainingJob,
             spec_model=trainingjob.TrainingJobSpec,
             status_model=trainingjob.TrainingJobStatus,
             immutable_fields=trainingjob.IMMUTABLE_FIELDS,
@@ -284,6 +308,7 @@ def tuningsweep_crd() -> dict[str, Any]:
         plural="tuningsweeps",
         short_names=["ts", "sweep"],
         schema=_object_schema(
+            tuningsweep.TuningSweep,
             spec_model=tuningsweep.TuningSweepSpec,
             status_model=tuningsweep.TuningSweepStatus,
             immutable_fields=tuningsweep.IMMUTABLE_FIELDS,

@@ -17,6 +17,7 @@ A manifest is read as the apiserver reads it, so that ``trainop validate`` is ne
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import json
 import pathlib
@@ -25,7 +26,7 @@ from typing import Any
 import pydantic
 import yaml
 
-from trainop.api import base, crd, trainingjob, tuningsweep
+from trainop.api import base, crd, reference, trainingjob, tuningsweep
 
 Resource = trainingjob.TrainingJob | tuningsweep.TuningSweep
 
@@ -69,6 +70,11 @@ OPERATOR_ONLY_RULES: tuple[OperatorOnlyRule, ...] = (
 class FieldError:
     path: str
     message: str
+    # What the field is for (its description, as `kubectl explain` shows it, and the field it belongs to:
+    # the path itself, or for an unknown field its parent): `trainop validate` prints it under the error.
+    # Not part of str(): the operator's status messages stay one sentence.
+    explanation: str = dataclasses.field(default="", compare=False)
+    explained_field: str = dataclasses.field(default="", compare=False)
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}" if self.path else self.message
@@ -97,13 +103,15 @@ PATTERN_HINTS: dict[str, str] = {
 }
 
 
-def _message(error: Any) -> str:
+def _message(error: Any, *, suggestion: str | None = None) -> str:
     msg = str(error["msg"])
     kind = error["type"]
     for prefix in ("Value error, ", "Assertion failed, "):
         if msg.startswith(prefix):
             return msg[len(prefix) :]
     if kind == "extra_forbidden":
+        if suggestion:
+            return f"unknown field: did you mean {suggestion}?"
         return "unknown field: remove it or check its spelling against `trainop crds`"
     if kind == "missing":
         return "required field is missing: add it"
@@ -123,11 +131,21 @@ def _message(error: Any) -> str:
     return msg
 
 
-def errors_from(exc: pydantic.ValidationError, *, prefix: tuple[str, ...] = ()) -> list[FieldError]:
+def errors_from(
+    exc: pydantic.ValidationError, *, prefix: tuple[str, ...] = (), kind: str = ""
+) -> list[FieldError]:
+    """Field errors with the manifest path; with ``kind``, each carries its field's description."""
     out = []
     for error in exc.errors():
-        loc = prefix + tuple(error["loc"])
-        out.append(FieldError(base.error_path(loc), _message(error)))
+        path = base.error_path(prefix + tuple(error["loc"]))
+        suggestion = None
+        if kind and error["type"] == "extra_forbidden":
+            parent, _, typed = path.rpartition(".")
+            close = difflib.get_close_matches(typed, reference.field_names(kind, parent), n=1, cutoff=0.6)
+            suggestion = close[0] if close else None
+        described = reference.field_description(kind, path) if kind else None
+        field, explanation = described or ("", "")
+        out.append(FieldError(path, _message(error, suggestion=suggestion), explanation, field))
     return out
 
 
@@ -151,7 +169,7 @@ def parse_object(obj: Any, *, source: str = "") -> Resource:
     try:
         return KINDS[kind].model_validate_json(wire, strict=True, by_alias=True, by_name=False)
     except pydantic.ValidationError as exc:
-        raise ManifestError(errors_from(exc), source=source) from None
+        raise ManifestError(errors_from(exc, kind=kind), source=source) from None
 
 
 @functools.cache

@@ -1,12 +1,15 @@
 """The API reference (docs/api.md), generated from the same structural schema as the CRDs.
 
 One table per object: field path, type, default, constraints, description. ``make crds`` rewrites the
-file and a test fails when it is stale, so the docs cannot drift from the models.
+file and a test fails when it is stale, so the docs cannot drift from the models. ``field_description``
+looks one field's description up by the path a user typed, for ``trainop validate``.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 from typing import Any
 
 from trainop.api import crd, manifest
@@ -121,3 +124,64 @@ def render() -> str:
         "",
     ]
     return "\n".join(out)
+
+
+@functools.cache
+def _schemas() -> dict[str, dict[str, Any]]:
+    return {
+        obj["spec"]["names"]["kind"]: obj["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        for obj in crd.all_crds().values()
+    }
+
+
+def field_description(kind: str, path: str) -> tuple[str, str] | None:
+    """``(field, description)`` of the field a manifest path names (``spec.workers.replicas``,
+    ``spec.workers.tolerations[0].key``, ``spec.searchSpace.<your key>.lower``), as ``kubectl explain``
+    shows it. For a path below the schema (an unknown field, a key of a map of plain values) it is the
+    nearest described field above, and ``field`` says which. None for an unknown kind, the whole spec or
+    status, and paths that leave the schema at once."""
+    node = _schemas().get(kind)
+    if node is None:
+        return None
+    segments = re.findall(r"[^.\[\]]+|\[\d+\]", path)
+    if [s for s in segments if not s.startswith("[")] in ([], ["spec"], ["status"]):
+        return None
+    found: tuple[str, str] | None = None
+    walked = ""
+    while segments:
+        segment = segments.pop(0)
+        if segment.startswith("["):
+            if node.get("type") != "array":
+                break
+            node = node.get("items", {})
+            walked += segment
+            continue
+        if segment in node.get("properties", {}):
+            node = node["properties"][segment]
+        elif isinstance(node.get("additionalProperties"), dict):
+            node = node["additionalProperties"]  # a map: the segment is the user's key
+            # A key may hold dots (searchSpace's hyperparameters.learningRate): it runs up to the next
+            # field of the map's values, or to the end.
+            while segments and segments[0] not in node.get("properties", {}):
+                segment += "." + segments.pop(0)
+        else:
+            break
+        walked += ("." if walked else "") + segment
+        if node.get("description"):
+            found = (walked, node["description"])
+    return found
+
+
+def field_names(kind: str, path: str) -> list[str]:
+    """The fields the object at ``path`` has (for suggesting the one a misspelt field meant)."""
+    node = _schemas().get(kind, {})
+    for segment in re.findall(r"[^.\[\]]+|\[\d+\]", path):
+        if segment.startswith("["):
+            node = node.get("items", {})
+        elif segment in node.get("properties", {}):
+            node = node["properties"][segment]
+        elif isinstance(node.get("additionalProperties"), dict):
+            node = node["additionalProperties"]
+        else:
+            return []
+    return list(node.get("properties", {}))

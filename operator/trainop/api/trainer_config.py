@@ -18,7 +18,7 @@ from typing import Literal
 
 import pydantic
 
-from trainop.api import base, trainingjob, tuningsweep
+from trainop.api import base, resources, trainingjob, tuningsweep
 
 CONFIG_ENV = "TRAINOP_CONFIG"
 STORAGE_PATH_ENV = "TRAINOP_STORAGE_PATH"
@@ -26,6 +26,13 @@ DEFAULT_CONFIG_PATH = "/etc/trainop/trainer.json"
 CONFIG_KEY = "trainer.json"
 # Where the operator mounts the checkpoint claim in every Ray pod.
 CHECKPOINT_MOUNT_PATH = "/checkpoints"
+# Ray Train settings of every trainop run, in the environment of every Ray process (the operator puts them
+# on every Ray container; the trainer's driver sets them before a local Ray starts). Ray Train's
+# preemption watcher is off: it lets a training function ask ray.train.get_preemption_info() about node
+# drains, which the trainer never does (a preempted worker pod gets SIGTERM through its preStop hook and
+# checkpoints); the tests run without it; and every start of it logs an error-level line ("PreemptionWatcher
+# ... has constructor arguments in the object store and max_restarts > 0").
+RAY_TRAIN_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
 
 
 class StatusTarget(base.ApiModel):
@@ -78,6 +85,8 @@ def run_name_for(job_name: str) -> str:
 def for_job(
     job: trainingjob.TrainingJob, *, storage_path: str, attempt: int, in_cluster: bool
 ) -> TrainerConfig:
+    """The config of one attempt. The workers' sizes are written out (``resources.resolved``): the Ray
+    resources the trainer asks for must be the pod's, whatever defaults the trainer image has."""
     target = None
     if in_cluster:
         target = StatusTarget(namespace=job.metadata.namespace or "default", name=job.metadata.name)
@@ -86,7 +95,7 @@ def for_job(
         run_name=run_name_for(job.metadata.name),
         storage_path=storage_path,
         attempt=attempt,
-        spec=job.spec,
+        spec=resources.resolved(job.spec),
         status_target=target,
     )
 
@@ -104,7 +113,7 @@ def for_sweep(
         experiment_name=run_name_for(sweep.metadata.name),
         storage_path=storage_path,
         attempt=attempt,
-        spec=sweep.spec,
+        spec=sweep.spec.model_copy(update={"template": resources.resolved(sweep.spec.template)}),
         status_target=target,
     )
 

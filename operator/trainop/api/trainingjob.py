@@ -136,17 +136,34 @@ class Dataset(base.ApiModel):
     )
 
     kind: DatasetKind = DatasetKind.SYNTHETIC
+    """Where samples come from: synthetic (the default: generated on the fly, nothing to prepare), cifar10
+    (the python-pickle data_batch_* files under path), imagefolder (one sub-directory of images per class
+    under path) or tokens (a flat little-endian uint16 token file at path, memory-mapped). Image kinds feed
+    resnet18/resnet50, tokens feeds gpt-small/gpt-tiny."""
     path: str | None = pydantic.Field(
-        default=None, description="Directory or file inside the worker (cifar10, imagefolder, tokens)."
+        default=None,
+        description="The data as the pods see it, required by every kind but synthetic: the cifar10 or "
+        "imagefolder directory, or the tokens file. Usually on a volume the pods mount, such as "
+        "/checkpoints/data/... on the checkpoint claim.",
     )
     num_samples: Annotated[int, pydantic.Field(ge=1)] = pydantic.Field(
-        default=50_000, description="Samples per epoch of the synthetic dataset."
+        default=50_000,
+        description="Samples per epoch of the synthetic dataset (real datasets have their own). "
+        "Default 50000.",
     )
     image_size: Annotated[int, pydantic.Field(ge=8, le=1024)] = 224
+    """Side of the square images fed to resnet18/resnet50, in pixels: synthetic images are generated at this
+    size, real ones cropped and resized to it. Default 224, ImageNet's."""
     num_classes: Annotated[int, pydantic.Field(ge=2)] = 1000
+    """Classes of the classification models (resnet18, resnet50, mlp): the width of the output layer and the
+    label range of synthetic data. Default 1000, ImageNet's."""
     sequence_length: Annotated[int, pydantic.Field(ge=8, le=32768)] = 1024
+    """Tokens per training sequence of gpt-small/gpt-tiny (the context length). Default 1024, GPT-2's."""
     num_workers: Annotated[int, pydantic.Field(ge=0, le=64)] = pydantic.Field(
-        default=2, description="DataLoader worker processes per training worker."
+        default=2,
+        description="DataLoader worker processes per rank, which prepare batches in parallel with training. "
+        "Also sizes the worker pods when cpusPerWorker/memoryPerWorker are unset. Default 2; 0 loads in the "
+        "training process.",
     )
 
     @pydantic.model_validator(mode="after")
@@ -172,12 +189,25 @@ class Workload(base.ApiModel):
     )
 
     model: BuiltinModel | None = None
+    """A built-in model: resnet18 or resnet50 (torchvision image classifiers), gpt-small (GPT-2 small shape,
+    about 124M parameters), gpt-tiny (2 layers, for CPU tests), mlp (a small multilayer perceptron: the CPU
+    demo). Set model or entrypoint, not both; it cannot change while the job exists."""
     entrypoint: Annotated[str, pydantic.Field(pattern=ENTRYPOINT_PATTERN, max_length=256)] | None = (
-        pydantic.Field(default=None, description="A user training function, 'pkg.module:function'.")
+        pydantic.Field(
+            default=None,
+            description="Your own training function as 'pkg.module:function', called as function(ctx) on "
+            "every rank (docs/trainer.md, User workloads); its package must be importable in the image. Set "
+            "entrypoint or model, not both; it cannot change while the job exists.",
+        )
     )
     dataset: Dataset = pydantic.Field(default_factory=Dataset)
+    """The training data. Nothing is ever downloaded: synthetic data is generated, real data is read from
+    dataset.path inside the pods (for example on the checkpoint volume)."""
     config: dict[str, Any] = pydantic.Field(
-        default_factory=dict, description="Free-form settings handed to the model or the user function."
+        default_factory=dict,
+        description="Free-form settings: for gpt-small/gpt-tiny vocabSize, numLayers, numHeads, embedDim, "
+        "dropout; for mlp inputDim, hiddenDim, numLayers; for an entrypoint, whatever it reads from "
+        "ctx.config.",
     )
 
     @pydantic.model_validator(mode="after")
@@ -192,8 +222,15 @@ class Workload(base.ApiModel):
 
 class Schedule(base.ApiModel):
     kind: ScheduleKind = ScheduleKind.COSINE
+    """Shape of the learning rate after warmup: cosine (the default: a half cosine from learningRate down to
+    learningRate x minLrRatio at the last step), linear (a straight line to the same floor) or constant
+    (stays at learningRate)."""
     warmup_steps: Annotated[int, pydantic.Field(ge=0)] = 0
+    """Optimizer steps at the start during which the learning rate rises linearly from
+    learningRate/warmupSteps to learningRate. Default 0: no warmup."""
     min_lr_ratio: Annotated[float, pydantic.Field(ge=0.0, le=1.0)] = 0.0
+    """The learning rate at the last step as a fraction of learningRate, for cosine and linear. Default 0:
+    decay to zero."""
 
 
 class LearningRateRule(enum.StrEnum):
@@ -210,23 +247,23 @@ class BatchSizeSearch(base.ApiModel):
     finder")."""
 
     max_batch_size: Annotated[int, pydantic.Field(ge=1, le=65536)] = pydantic.Field(
-        default=4096, description="The largest per-worker batch the finder considers."
+        default=4096, description="The largest per-worker batch the finder considers. Default 4096."
     )
     multiple_of: Annotated[int, pydantic.Field(ge=1, le=4096)] = pydantic.Field(
-        default=1, description="The batch is a multiple of this (the finder's resolution)."
+        default=1, description="The batch is a multiple of this (the finder's resolution). Default 1."
     )
     memory_headroom: Annotated[float, pydantic.Field(ge=0.0, le=0.5)] = pydantic.Field(
         default=0.0,
         description="Fraction of the accelerator memory the chosen batch leaves unused (0: the largest batch "
-        "whose measured training step fits).",
+        "whose measured training step fits). Default 0.",
     )
     learning_rate_rule: LearningRateRule = pydantic.Field(
         default=LearningRateRule.CONSTANT,
         description="How learningRate follows the chosen batch: constant, linear or sqrt in "
-        "batch / referenceBatchSize.",
+        "batch / referenceBatchSize. Default constant.",
     )
     reference_batch_size: Annotated[int, pydantic.Field(ge=1, le=65536)] = pydantic.Field(
-        default=32, description="The per-worker batch that learningRate was chosen for."
+        default=32, description="The per-worker batch that learningRate was chosen for. Default 32."
     )
 
 
@@ -243,13 +280,16 @@ class Hyperparameters(base.ApiModel):
     )
 
     epochs: Annotated[int, pydantic.Field(ge=1)] | None = None
+    """Passes over the dataset. Set epochs, maxSteps or both: training ends at whichever comes first."""
     max_steps: Annotated[int, pydantic.Field(ge=1)] | None = pydantic.Field(
         default=None, description="Optimizer steps in total; ends training before epochs if both are set."
     )
     batch_size_per_worker: Annotated[int, pydantic.Field(ge=1, le=65536)] | Literal["auto"] = pydantic.Field(
         default=32,
-        description="Samples per worker and micro-batch, or auto: the largest batch whose training step fits "
-        "the accelerator's memory, found before training (see batchSizeSearch).",
+        description="Samples per micro-batch on each rank (each GPU, or each CPU worker pod), or auto: the "
+        "largest batch whose training step fits the accelerator's memory, found before training (see "
+        "batchSizeSearch). The global batch of one optimizer step is batchSizePerWorker x ranks x "
+        "gradientAccumulationSteps. Default 32.",
         json_schema_extra={
             "x-kubernetes-validations": [
                 {
@@ -260,15 +300,30 @@ class Hyperparameters(base.ApiModel):
         },
     )
     batch_size_search: BatchSizeSearch = pydantic.Field(default_factory=BatchSizeSearch)
+    """With batchSizePerWorker auto: the largest batch considered, its resolution, the memory left unused and
+    how learningRate follows the chosen batch."""
     learning_rate: Annotated[float, pydantic.Field(gt=0.0, le=10.0)] = 0.1
+    """Peak learning rate, reached after schedule.warmupSteps and then following schedule.kind. Default 0.1, a
+    usual value for SGD on ResNets; adam and adamw usually want 1e-4 to 1e-3."""
     optimizer: OptimizerName = OptimizerName.SGD
+    """The optimizer: sgd (the default, with momentum), adam, or adamw (decoupled weight decay). Fused kernels
+    on CUDA."""
     momentum: Annotated[float, pydantic.Field(ge=0.0, lt=1.0)] = 0.9
+    """SGD momentum; adam and adamw ignore it. Default 0.9."""
     weight_decay: Annotated[float, pydantic.Field(ge=0.0, le=1.0)] = 0.0
+    """Weight decay of every parameter: an L2 penalty for sgd and adam, decoupled decay for adamw. Default 0:
+    none."""
     schedule: Schedule = pydantic.Field(default_factory=Schedule)
+    """The learning-rate schedule over the optimizer steps: linear warmup, then cosine, linear or constant."""
     gradient_accumulation_steps: Annotated[int, pydantic.Field(ge=1, le=1024)] = 1
+    """Micro-batches whose gradients are summed before each optimizer step (DDP all-reduces only on the last).
+    Raises the global batch without more memory. Default 1."""
     gradient_clip_norm: Annotated[float, pydantic.Field(gt=0.0)] | None = None
+    """Clip the gradients' global L2 norm to this value before each optimizer step. Unset: no clipping."""
     # NumPy's and Ray Tune's generators take seeds below 2^32 (the trainer seeds seed + rank).
     seed: Annotated[int, pydantic.Field(ge=0, le=MAX_SEED)] = 0
+    """Seed of model initialisation, data order and dropout; rank r uses seed + r. The same seed and spec
+    repeat the same run (bitwise on CPU). Default 0."""
 
     @pydantic.field_validator("batch_size_per_worker", mode="before")
     @classmethod
@@ -315,10 +370,17 @@ class Toleration(base.ApiModel):
     )
 
     key: str | None = None
+    """The taint key this toleration matches, e.g. nvidia.com/gpu. Empty with operator Exists: every taint."""
     operator: Literal["Exists", "Equal"] | None = None
+    """Exists (any value of the key) or Equal (the default in Kubernetes: the taint's value must equal
+    value)."""
     value: str | None = None
+    """The taint value to match with operator Equal; empty with Exists."""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    """The taint effect to match: NoSchedule, PreferNoSchedule or NoExecute. Empty: every effect."""
     toleration_seconds: int | None = None
+    """With effect NoExecute: how long the pod stays on a node after the taint appears, in seconds. Unset:
+    forever."""
 
     @pydantic.model_validator(mode="after")
     def _valid_for_a_pod(self) -> Toleration:
@@ -343,17 +405,40 @@ class Workers(base.ApiModel):
     """The GPU worker group: one Ray Train worker (one DDP rank per GPU) per pod."""
 
     replicas: Annotated[int, pydantic.Field(ge=1, le=4096)] = 1
+    """Worker pods. Each runs one DDP rank per GPU (one rank on CPU), so the job trains with replicas x
+    gpusPerWorker ranks (replicas on CPU). Cannot change while the job exists: checkpoints are written for
+    one world size. Default 1."""
     gpus_per_worker: Annotated[int, pydantic.Field(ge=0, le=16)] = pydantic.Field(
-        default=1, description="GPUs per worker pod; 0 trains on CPU with gloo."
+        default=1,
+        description="GPUs (nvidia.com/gpu) of each worker pod, one DDP rank per GPU, over NCCL; 0 trains on "
+        "CPU with gloo, one rank per pod. Sizes the pods when cpusPerWorker/memoryPerWorker are unset. "
+        "Cannot change while the job exists. Default 1.",
     )
-    cpus_per_worker: Annotated[float, pydantic.Field(gt=0.0, le=1024)] = 4
-    memory_per_worker: base.Quantity = "16Gi"
-    shared_memory: base.Quantity = pydantic.Field(
-        default="8Gi", description="Size of the memory-backed /dev/shm (NCCL and DataLoader workers use it)."
-    )
+    # The three sizes below default to None: the pod is then sized for the job (trainop.api.resources),
+    # which a static CRD default could not do (a CPU job and an 8-GPU job need different pods).
+    cpus_per_worker: Annotated[float, pydantic.Field(gt=0.0, le=1024)] | None = None
+    """CPU cores of each worker pod (requests = limits), shared by its ranks; fractions allowed (0.5 is 500m).
+    Unset (the default): sized for the job, 1 + dataset.numWorkers on CPU workers (the rank and its
+    DataLoader workers), gpusPerWorker x (2 + dataset.numWorkers) on GPU workers (per rank also a core for
+    CUDA launches and NCCL's proxy thread)."""
+    memory_per_worker: base.Quantity | None = None
+    """Memory of each worker pod (requests = limits), a Kubernetes quantity such as 16Gi; /dev/shm
+    (sharedMemory) is part of it. Unset (the default): sized for the job, 2Gi + 512Mi per DataLoader worker
+    (dataset.numWorkers) on CPU workers; gpusPerWorker x (12Gi + 2Gi per DataLoader worker) on GPU workers,
+    for the CUDA context, pinned checkpoint snapshots and loaders of full-size batches."""
+    shared_memory: base.Quantity | None = None
+    """Size of each worker pod's memory-backed /dev/shm, a Kubernetes quantity. NCCL's intra-node buffers,
+    DataLoader workers' batches and Ray's object store (30% of the pod's memory) live there, and it counts
+    against memoryPerWorker. Unset (the default): half of the pod's memory."""
     node_selector: dict[str, str] = pydantic.Field(default_factory=dict)
+    """Node labels the worker pods require (the pod's nodeSelector), e.g. nvidia.com/gpu.product:
+    NVIDIA-H100-80GB-HBM3. The Ray head pod is not constrained."""
     tolerations: list[Toleration] = pydantic.Field(default_factory=list)
+    """Tolerations of the worker pods, e.g. of the taint on GPU nodes (key nvidia.com/gpu, operator Exists,
+    effect NoSchedule). The Ray head pod gets none."""
     priority_class_name: str | None = None
+    """PriorityClass of the worker pods; it must exist in the cluster. A higher priority may preempt other
+    pods when nodes are full; preempted workers checkpoint within terminationGracePeriodSeconds."""
     termination_grace_period_seconds: Annotated[
         int, pydantic.Field(ge=MIN_TERMINATION_GRACE_PERIOD_SECONDS, le=3600)
     ] = pydantic.Field(
@@ -361,7 +446,8 @@ class Workers(base.ApiModel):
         description=(
             "terminationGracePeriodSeconds of the worker pods. When a worker pod is deleted or evicted "
             "(preemption, node drain), its preStop hook asks the training processes to checkpoint and "
-            "waits for them up to this many seconds less 5; raise it when a checkpoint takes longer."
+            "waits for them up to this many seconds less 5; raise it when a checkpoint takes longer. "
+            "Default 120."
         ),
     )
 
@@ -370,12 +456,23 @@ class Storage(base.ApiModel):
     """The checkpoint volume: a claim trainop creates, or one that already exists."""
 
     size: base.Quantity = "50Gi"
+    """Storage requested for the checkpoint claim trainop creates (ignored with existingClaim). It must hold
+    keepLast checkpoints plus one being written; with adam or adamw a checkpoint takes about 12 bytes per
+    model parameter. Default 50Gi."""
     storage_class_name: str | None = None
+    """StorageClass of the created claim. Unset: the cluster's default StorageClass. Worker pods on several
+    nodes need a class whose volumes every node can mount at once (accessMode ReadWriteMany)."""
     access_mode: AccessMode = AccessMode.READ_WRITE_ONCE
+    """Access mode of the created claim: ReadWriteOnce (the default: one node at a time, enough when the head
+    and every worker share a node), ReadWriteMany (a shared file system: needed when pods run on several
+    nodes) or ReadWriteOncePod."""
     existing_claim: Annotated[str, pydantic.Field(pattern=CLAIM_NAME_PATTERN)] | None = None
+    """A PersistentVolumeClaim in the job's namespace to keep checkpoints on (and to read datasets from);
+    trainop then creates no claim and never deletes it. Unset: trainop creates <job>-ckpt."""
     delete_with_job: bool = pydantic.Field(
         default=False,
-        description="Delete the created claim with the job (checkpoints outlive jobs by default).",
+        description="Delete the created claim with the job. Default false: checkpoints outlive the job, and "
+        "a job created again under the same name resumes from them.",
     )
 
 
@@ -392,9 +489,18 @@ class Checkpoint(base.ApiModel):
     )
 
     interval_steps: Annotated[int, pydantic.Field(ge=1)] | None = None
+    """Write a checkpoint every this many optimizer steps. Set intervalSteps, intervalMinutes or both
+    (whichever comes first). A checkpoint is also written at the end and when the job is stopped or
+    preempted."""
     interval_minutes: Annotated[float, pydantic.Field(gt=0.0, le=1440)] | None = 10.0
+    """Write a checkpoint every this many minutes of training (rank 0's clock), at most 1440. Default 10: at
+    most 10 minutes of training lost to a failure."""
     keep_last: Annotated[int, pydantic.Field(ge=1, le=100)] = 3
+    """Checkpoints kept on the volume; the oldest beyond this number are deleted after each successful write.
+    Default 3, so a corrupt newest checkpoint still leaves older ones to resume from."""
     storage: Storage = pydantic.Field(default_factory=Storage)
+    """The volume checkpoints live on, mounted at /checkpoints in every Ray pod. Cannot change while the job
+    exists: a new attempt must find the same checkpoints."""
 
     @pydantic.model_validator(mode="after")
     def _has_interval(self) -> Checkpoint:
@@ -405,15 +511,22 @@ class Checkpoint(base.ApiModel):
 
 class FailurePolicy(base.ApiModel):
     max_restarts: Annotated[int, pydantic.Field(ge=0, le=100)] = pydantic.Field(
-        default=3, description="New attempts of the whole job (a new RayJob) before the job is Failed."
+        default=3,
+        description="New attempts of the whole job (each a new RayJob, resuming from the newest checkpoint) "
+        "after failed ones, before the job is Failed. Default 3.",
     )
     backoff_seconds: Annotated[int, pydantic.Field(ge=0, le=3600)] = pydantic.Field(
-        default=10, description="Wait before the first restart; doubles each restart up to maxBackoffSeconds."
+        default=10,
+        description="Seconds to wait before the first restart; the wait doubles with each restart up to "
+        "maxBackoffSeconds. Default 10.",
     )
     max_backoff_seconds: Annotated[int, pydantic.Field(ge=0, le=86400)] = 600
+    """Upper bound of the wait before a restart, in seconds. Default 600."""
     max_worker_failures: Annotated[int, pydantic.Field(ge=0, le=100)] = pydantic.Field(
         default=2,
-        description="Worker-group restarts inside one attempt (Ray Train FailureConfig.max_failures).",
+        description="Worker-group restarts inside one attempt (Ray Train's FailureConfig.max_failures): a "
+        "failed worker restarts every worker of the attempt from the newest checkpoint, within seconds, "
+        "before the attempt fails. Default 2.",
     )
 
 
@@ -421,9 +534,12 @@ class ActivationCheckpointing(base.ApiModel):
     """Trade compute for memory: activations of the chosen blocks are recomputed in the backward pass."""
 
     mode: ActivationCheckpointingMode = ActivationCheckpointingMode.NONE
+    """none (the default: every activation is kept for the backward pass) or blocks (the model's
+    transformer or residual blocks recompute theirs, see every)."""
     every: Annotated[int, pydantic.Field(ge=1, le=64)] = pydantic.Field(
         default=1,
-        description="With mode blocks: checkpoint every n-th block (1: every block; 2: every other one).",
+        description="With mode blocks: checkpoint every n-th block (1: every block; 2: every other one). "
+        "Default 1.",
     )
 
 
@@ -446,21 +562,24 @@ class Parallelism(base.ApiModel):
     strategy: ParallelismStrategy = pydantic.Field(
         default=ParallelismStrategy.DDP,
         description="ddp (whole model on every GPU), fsdp (sharded over all GPUs, FSDP2) or hsdp (sharded "
-        "within each worker pod, replicated across pods).",
+        "within each worker pod, replicated across pods). Default ddp.",
     )
     reshard_after_forward: bool = pydantic.Field(
         default=True,
         description="fsdp/hsdp: free the gathered parameters after the forward pass and gather them again "
-        "for the backward pass (less memory); false keeps them until the backward pass (less communication).",
+        "for the backward pass (less memory); false keeps them until the backward pass (less communication). "
+        "Default true.",
     )
     cpu_offload: bool = pydantic.Field(
         default=False,
         description="fsdp/hsdp on GPUs: keep the sharded parameters, gradients and optimizer state in host "
-        "memory (the optimizer step runs on the CPU): for models whose state does not fit the GPUs.",
+        "memory (the optimizer step runs on the CPU): for models whose state does not fit the GPUs. Default "
+        "false.",
     )
     activation_checkpointing: ActivationCheckpointing = pydantic.Field(
         default_factory=ActivationCheckpointing
     )
+    """Recompute activations in the backward pass instead of keeping them: less memory for more compute."""
 
     @pydantic.model_validator(mode="after")
     def _offload_needs_sharding(self) -> Parallelism:
@@ -474,21 +593,38 @@ class Parallelism(base.ApiModel):
 
 class Network(base.ApiModel):
     profile: NetworkProfile = NetworkProfile.AUTO
+    """The fabric between GPUs, which picks the NCCL settings: auto (the default: each worker inspects its
+    node at start-up and picks efa, infiniband, roce, nvlink or tcp), nvlink (one node, GPUs joined by
+    NVLink/NVSwitch), infiniband (GPUDirect RDMA), roce (RDMA over Ethernet), efa (AWS, through the
+    aws-ofi-nccl plugin) or tcp (plain sockets). CPU jobs (gloo) only record it."""
     nccl_env: dict[Annotated[str, pydantic.Field(pattern=NCCL_ENV_KEY_PATTERN)], str] = pydantic.Field(
         default_factory=dict,
         max_length=64,
         description="Explicit NCCL_* (or UCX_/FI_) variables; they win over the profile.",
     )
-    probe: bool = pydantic.Field(default=True, description="Measure all-reduce bus bandwidth at start-up.")
+    probe: bool = pydantic.Field(
+        default=True,
+        description="Measure the all-reduce bus bandwidth at start-up (a few seconds) into "
+        "status.network.allReduceBusBandwidthGBPerSecond. Default true.",
+    )
     probe_megabytes: Annotated[int, pydantic.Field(ge=1, le=4096)] = 256
+    """Message size of the start-up probe's all-reduces, in MiB (at most 16 on CPU). Larger messages measure
+    closer to the fabric's peak bandwidth. Default 256."""
 
 
 class Reporting(base.ApiModel):
     """How often the trainer reports; never every step (ray.train.report is a barrier across ranks)."""
 
     every_steps: Annotated[int, pydantic.Field(ge=1)] = 50
+    """Rank 0 updates status.progress and the metrics every this many optimizer steps, or after everySeconds,
+    whichever comes first. Default 50."""
     every_seconds: Annotated[float, pydantic.Field(gt=0.0)] = 15.0
+    """Rank 0 updates status.progress and the metrics at least this often, in seconds, or every everySteps
+    steps, whichever comes first. Default 15."""
     metrics_port: Annotated[int, pydantic.Field(ge=1024, le=65535)] = 9090
+    """Port of the trainer's Prometheus metrics in each worker pod; a pod with several GPUs serves one per
+    GPU, metricsPort + local rank (named metrics, metrics-1, ...). They must avoid Ray's ports 6379, 8080,
+    8265 and 10001. Default 9090."""
 
 
 def _spec_rules() -> list[cel.Rule]:
@@ -556,20 +692,57 @@ class TrainingJobSpec(base.ApiModel):
     model_config = pydantic.ConfigDict(json_schema_extra=lambda schema: _with_rules(schema, _spec_rules()))
 
     image: str = pydantic.Field(default="ghcr.io/trainop/trainer:0.1.0", min_length=1)
+    """Container image of every Ray pod, head and workers. It must hold the Ray version of rayVersion, PyTorch
+    and the trainop_trainer package, plus any package workload.entrypoint imports. Default
+    ghcr.io/trainop/trainer:0.1.0, the trainer image of this trainop release."""
     ray_version: Annotated[str, pydantic.Field(pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")] = "2.60.0"
+    """The Ray version inside image, as x.y.z; KubeRay configures the Ray cluster for it, so it must match
+    the image. Default 2.60.0, the default image's."""
     workload: Workload
+    """What to train: a built-in model (workload.model) or your own function (workload.entrypoint), exactly
+    one of them, with its dataset and free-form settings."""
     hyperparameters: Hyperparameters
+    """Optimisation settings: how long to train (epochs or maxSteps, at least one), batch size, learning rate
+    and its schedule, optimizer, gradient accumulation and clipping, seed."""
     precision: Precision = Precision.BF16
-    compile: bool = pydantic.Field(default=False, description="Wrap the model in torch.compile.")
+    """Numeric precision of the forward and backward passes: bf16 (the default: mixed precision without loss
+    scaling, on Ampere-or-newer GPUs and on CPUs), fp16 (GPUs only, with a gradient scaler) or fp32 (no
+    mixed precision)."""
+    compile: bool = pydantic.Field(
+        default=False,
+        description="Compile the model with torch.compile: faster steps on GPUs for a compilation of a "
+        "minute or more at every start and restart. Default false.",
+    )
     parallelism: Parallelism = pydantic.Field(default_factory=Parallelism)
+    """How the model is spread over the GPUs: ddp (a whole copy per GPU, the default), fsdp (parameters,
+    gradients and optimizer state sharded over every GPU) or hsdp (sharded within a worker pod, replicated
+    across pods), with activation checkpointing and CPU offload."""
     workers: Workers = pydantic.Field(default_factory=Workers)
+    """The worker pods that train: how many, the GPUs, CPUs and memory of each, and where they may run. Sizes
+    left unset are fitted to the job (see cpusPerWorker, memoryPerWorker, sharedMemory)."""
     checkpoint: Checkpoint = pydantic.Field(default_factory=Checkpoint)
+    """When checkpoints are written, how many are kept and on which volume. Worker restarts, new attempts and
+    resumes continue from the newest valid checkpoint."""
     failure_policy: FailurePolicy = pydantic.Field(default_factory=FailurePolicy)
+    """How failures are retried: worker-group restarts inside an attempt (maxWorkerFailures), then new
+    attempts of the whole job (maxRestarts) after an exponential backoff."""
     network: Network = pydantic.Field(default_factory=Network)
+    """NCCL set-up between GPU workers: a profile for the fabric, explicit NCCL variables, and an all-reduce
+    bandwidth probe at start-up."""
     reporting: Reporting = pydantic.Field(default_factory=Reporting)
+    """How often the trainer's rank 0 updates status.progress and its Prometheus metrics, and the port they
+    are served on."""
     suspend: bool = False
+    """true stops the job: its RayJob and Ray pods are deleted, checkpoints stay on the volume, phase becomes
+    Suspended. Setting it back to false starts a new attempt that resumes from the newest checkpoint (not
+    counted as a restart). Default false."""
     active_deadline_seconds: Annotated[int, pydantic.Field(ge=1, le=MAX_DURATION_SECONDS)] | None = None
+    """Seconds the job may run, counted from status.startTime (the clock restarts when a suspended job
+    resumes). When exceeded the job fails with reason DeadlineExceeded. Unset: no limit."""
     ttl_seconds_after_finished: Annotated[int, pydantic.Field(ge=0, le=MAX_DURATION_SECONDS)] | None = None
+    """Seconds after the job Succeeded or Failed before the operator deletes it, with the children it owns;
+    the checkpoint claim stays unless checkpoint.storage.deleteWithJob is true. Unset: kept until you
+    delete it."""
 
     @pydantic.model_validator(mode="after")
     def _precision_fits_device(self) -> TrainingJobSpec:
@@ -629,21 +802,33 @@ def _with_rules(schema: dict[str, Any], rules: list[cel.Rule]) -> None:
 
 class Failure(base.ApiModel):
     attempt: int
+    """The attempt that failed."""
     reason: str
+    """Why, in one CamelCase word: KubeRay's (e.g. AppFailed for a Ray job that failed) or trainop's."""
     message: str = ""
+    """KubeRay's or the trainer's explanation of the failure."""
     time: str
+    """When the operator recorded the failure (RFC 3339, UTC)."""
 
 
 class Progress(base.ApiModel):
     """Written by the trainer's rank 0 only."""
 
     step: int = 0
+    """Optimizer steps done."""
     total_steps: int | None = None
+    """Optimizer steps the run takes in all: maxSteps, or epochs x steps per epoch, whichever is smaller."""
     epoch: int = 0
+    """The epoch training is in, counted from 0."""
     loss: float | None = None
+    """Training loss, the mean over ranks of the last report window."""
     samples_per_second: float | None = None
+    """Global throughput of the last report window: samples per second over all ranks (sequences for
+    gpt-small/gpt-tiny)."""
     percent: float | None = None
+    """step / totalSteps, in percent."""
     eta_seconds: float | None = None
+    """Estimated seconds until the last step, at the last window's pace."""
     worker_restarts: int = pydantic.Field(default=0, description="Worker-group restarts inside this attempt.")
     batch_size_per_worker: int | None = pydantic.Field(
         default=None,
@@ -653,23 +838,32 @@ class Progress(base.ApiModel):
         default=None, description="The learning rate of the last step (schedule and batch rule applied)."
     )
     updated: str | None = None
+    """When rank 0 wrote this record (RFC 3339, UTC)."""
 
 
 class CheckpointStatus(base.ApiModel):
     """Written by the trainer's rank 0 only."""
 
     step: int
+    """The optimizer step the checkpoint was taken after; training resumes from the step after it."""
     epoch: int = 0
+    """The epoch of that step, counted from 0."""
     path: str
+    """The checkpoint's directory as the Ray pods see it: /checkpoints/<run>/checkpoints/step_<N> on the
+    checkpoint volume."""
     time: str
+    """When the checkpoint was complete on the volume (RFC 3339, UTC)."""
     metrics: dict[str, float] = pydantic.Field(default_factory=dict)
+    """Metrics at that step, e.g. loss."""
 
 
 class NetworkStatus(base.ApiModel):
     """Written by the trainer's rank 0 only."""
 
     profile: str
+    """The network profile in effect: spec.network.profile, or what auto resolved to on the workers' nodes."""
     backend: str | None = None
+    """The torch.distributed backend: nccl on GPUs, gloo on CPUs."""
     # Explicit alias: to_camel would give "...GbPerSecond"; the wire name spells the unit (GB/s) exactly.
     all_reduce_bus_bandwidth_gb_per_second: float | None = pydantic.Field(
         default=None,
@@ -679,40 +873,81 @@ class NetworkStatus(base.ApiModel):
         "gigabits per second; the value and its unit did not change.",
     )
     probe_bytes: int | None = None
+    """Message size of the start-up all-reduce probe, in bytes."""
     world_size: int | None = None
+    """Ranks that took part in the probe: the job's DDP world size."""
     measured: str | None = None
+    """When the probe ran (RFC 3339, UTC)."""
 
 
 class Children(base.ApiModel):
     ray_job: str | None = None
+    """The RayJob of the current attempt, <name>-a<attempt> (<name>-s<attempt> for a TuningSweep)."""
     config_map: str | None = None
+    """The ConfigMap holding the trainer's config (trainer.json), mounted at /etc/trainop in the Ray pods."""
     persistent_volume_claim: str | None = None
+    """The checkpoint claim the Ray pods mount: the one trainop created, or
+    checkpoint.storage.existingClaim."""
     service_account: str | None = None
+    """The Ray pods' ServiceAccount, allowed only to get and patch this object's status."""
 
 
 class TrainingJobStatus(base.ApiModel):
     # Operator-owned.
     phase: Phase | None = None
+    """Where the job is: Pending (the attempt's RayJob is created, KubeRay has not started it yet),
+    Provisioning (KubeRay starts the Ray cluster), Running, Restarting (an attempt failed; the next one
+    starts after a backoff and resumes from the newest checkpoint), Suspended (spec.suspend), Succeeded or
+    Failed. Written by the operator."""
     conditions: list[base.Condition] = pydantic.Field(default_factory=list)
+    """Always the same eight conditions, for kubectl wait and kubectl describe: SpecValid, SpecApplied,
+    StorageReady, RayClusterReady, Running, Suspended, Complete, Failed. A condition's reason and message
+    say what is wrong and what to do. Written by the operator."""
     observed_generation: int | None = None
+    """The metadata.generation of the spec the operator last acted on."""
     attempt: int = 0
+    """The current attempt, counted from 1: each runs in its own RayJob. A new attempt starts after a failure
+    (a restart) or when a suspended job resumes. 0 before the first."""
     restarts: int = 0
+    """Attempts started because the one before failed, at most spec.failurePolicy.maxRestarts. Resuming from
+    suspend does not count."""
     failures: list[Failure] = pydantic.Field(default_factory=list, max_length=MAX_FAILURE_HISTORY)
+    """The failed attempts, oldest first, at most the last 10: attempt, reason, message, time."""
     children: Children | None = None
+    """The objects the operator created for this job, by kind."""
     workers: int | None = None
+    """Worker pods of the job (spec.workers.replicas), shown by kubectl get."""
     gpus: int | None = None
+    """GPUs the job uses in all (replicas x gpusPerWorker), shown by kubectl get."""
     start_time: str | None = None
+    """When the job started running: the first attempt's start, reset when a suspended job resumes.
+    activeDeadlineSeconds counts from it (RFC 3339, UTC)."""
     completion_time: str | None = None
+    """When the job Succeeded or Failed (RFC 3339, UTC)."""
     next_restart_time: str | None = None
+    """While Restarting: when the next attempt starts, after the backoff (RFC 3339, UTC)."""
     # Trainer-owned (rank 0).
     progress: Progress | None = None
+    """Training progress, written by the trainer's rank 0 every reporting interval."""
     checkpoint: CheckpointStatus | None = None
+    """The newest checkpoint, written by the trainer's rank 0 after each complete write."""
     network: NetworkStatus | None = None
+    """The network the trainer found and the all-reduce bandwidth it measured at start-up, written by
+    rank 0."""
 
 
 class TrainingJob(base.ApiModel):
+    """Distributed PyTorch training on Ray: the operator runs it as a KubeRay RayJob (a Ray head and
+    spec.workers.replicas worker pods), with checkpoints on a volume, restarts that resume from the newest
+    checkpoint, and progress on the status. `trainop render` prints the objects a manifest creates."""
+
     api_version: Literal["trainop.dev/v1alpha1"] = "trainop.dev/v1alpha1"
+    """The API group and version: trainop.dev/v1alpha1."""
     kind: Literal["TrainingJob"] = "TrainingJob"
+    """The object's kind: TrainingJob."""
     metadata: base.ObjectMeta
+    """The object's metadata; the name is at most 40 characters (child names add suffixes)."""
     spec: TrainingJobSpec
+    """What to train and how: the desired state, written by you."""
     status: TrainingJobStatus | None = None
+    """What happened, written by the operator and by the trainer's rank 0."""

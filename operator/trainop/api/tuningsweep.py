@@ -45,7 +45,8 @@ class Mode(enum.StrEnum):
 
 
 class Distribution(base.ApiModel):
-    """One dimension of the search space."""
+    """One parameter of the search space: how its values are drawn (type), from a range (lower, upper)
+    or from a list (values)."""
 
     model_config = pydantic.ConfigDict(
         json_schema_extra={
@@ -66,8 +67,13 @@ class Distribution(base.ApiModel):
     )
 
     type: DistributionKind
+    """How values are drawn: uniform (floats in [lower, upper)), loguniform (floats in [lower, upper), evenly
+    in log space; lower > 0), randint (integers in [lower, upper): upper excluded), choice (one of values
+    at random) or grid (every one of values; needs algorithm grid)."""
     lower: float | None = None
+    """Lowest value, included: required by uniform, loguniform and randint."""
     upper: float | None = None
+    """Bound the values stay below (excluded): required by uniform, loguniform and randint."""
     values: (
         Annotated[
             list[
@@ -79,6 +85,8 @@ class Distribution(base.ApiModel):
         ]
         | None
     ) = None
+    """The candidates of choice and grid: numbers, strings or booleans, as the template field takes them
+    (strings for nccl.* variables)."""
 
     @pydantic.model_validator(mode="after")
     def _bounds(self) -> Distribution:
@@ -95,7 +103,10 @@ class Distribution(base.ApiModel):
 
 class Objective(base.ApiModel):
     metric: Annotated[str, pydantic.Field(min_length=1)] = "loss"
+    """The metric the sweep optimises, as the trainer reports it: loss (the default), samples_per_second, step
+    or epoch for built-in models; a user entrypoint may also report its own."""
     mode: Mode = Mode.MIN
+    """min (the default) or max: whether smaller or larger values of the metric are better."""
     goal: float | None = pydantic.Field(
         default=None, description="End the sweep as soon as a trial reaches this value."
     )
@@ -111,9 +122,15 @@ class Scheduler(base.ApiModel):
     )
 
     type: Literal["asha", "none"] = "asha"
+    """asha (the default): ASHA early stopping, which stops trials that fall behind at each rung; none: every
+    trial runs to its end."""
     grace_period: Annotated[int, pydantic.Field(ge=1)] = 1
+    """ASHA: optimizer steps every trial runs before it may be stopped (the first rung). Default 1."""
     max_t: Annotated[int, pydantic.Field(ge=1)] = 100
+    """ASHA: optimizer steps after which a trial is stopped in any case (the whole budget). Set it above
+    hyperparameters.maxSteps to let trials finish by themselves. Default 100."""
     reduction_factor: Annotated[float, pydantic.Field(gt=1.0)] = 3.0
+    """ASHA: at each rung only the best 1/reductionFactor of the trials go on. Default 3."""
 
     @pydantic.model_validator(mode="after")
     def _grace_within_max(self) -> Scheduler:
@@ -161,20 +178,46 @@ class TuningSweepSpec(base.ApiModel):
     model_config = pydantic.ConfigDict(json_schema_extra=lambda schema: _with_rules(schema, _spec_rules()))
 
     template: trainingjob.TrainingJobSpec
+    """The TrainingJob spec every trial trains, with the sampled parameters written into it. Its workers
+    section sizes each trial's worker pods; its failurePolicy also governs restarts of the sweep's driver."""
     search_space: Annotated[
         dict[Annotated[str, pydantic.Field(pattern=PARAMETER_NAME_PATTERN)], Distribution],
         pydantic.Field(min_length=1, max_length=MAX_SEARCH_SPACE_KEYS),
     ]
+    """The parameters to tune, 1 to 32. A key is a dotted path into template (hyperparameters.learningRate) or
+    nccl.<variable> (written into template.network.ncclEnv); its value says how to draw it. Cannot change
+    while the sweep exists."""
     objective: Objective = pydantic.Field(default_factory=Objective)
+    """What makes a trial better: the metric, its direction, and an optional goal that ends the sweep early.
+    Cannot change while the sweep exists."""
     algorithm: Algorithm = Algorithm.RANDOM
+    """How trials are proposed: random (the default: independent draws), grid (every combination of the grid
+    values; numTrials must equal their product) or optuna (Optuna's TPE sampler, which learns from finished
+    trials). Cannot change while the sweep exists."""
     seed: Annotated[int, pydantic.Field(ge=0, le=trainingjob.MAX_SEED)] | None = None
+    """Seed of the search algorithm: the same seed proposes the same trials (random and grid always; optuna
+    its first 10). Unset: different trials every run."""
     scheduler: Scheduler = pydantic.Field(default_factory=Scheduler)
+    """Early stopping of trials that fall behind (ASHA), or none."""
     num_trials: Annotated[int, pydantic.Field(ge=1, le=10000)] = 8
+    """Trials to run in all. Default 8."""
     max_concurrent_trials: Annotated[int, pydantic.Field(ge=1, le=1024)] = 2
+    """Trials that run at once. The Ray cluster gets maxConcurrentTrials x template.workers.replicas worker
+    pods, and its head room for one trial driver per concurrent trial (2Gi each). Default 2."""
     max_failed_trials: Annotated[int, pydantic.Field(ge=0)] = 2
+    """Failed trials the sweep tolerates; one more ends the attempt as failed (unfinished trials run again in
+    the next attempt, if template.failurePolicy.maxRestarts allows one). Default 2."""
     suspend: bool = False
+    """true stops the sweep: its RayJob and Ray pods are deleted, trial checkpoints stay on the volume, phase
+    becomes Suspended. Setting it back to false starts a new attempt that restores the experiment (not
+    counted as a restart). Default false."""
     active_deadline_seconds: Annotated[int, pydantic.Field(ge=1, le=MAX_DURATION)] | None = None
+    """Seconds the sweep may run, counted from status.startTime (the clock restarts when a suspended sweep
+    resumes). When exceeded the sweep fails with reason DeadlineExceeded. Unset: no limit."""
     ttl_seconds_after_finished: Annotated[int, pydantic.Field(ge=0, le=MAX_DURATION)] | None = None
+    """Seconds after the sweep Succeeded or Failed before the operator deletes it, with the children it owns;
+    the checkpoint claim stays unless template.checkpoint.storage.deleteWithJob is true. Unset: kept until
+    you delete it."""
 
     @pydantic.model_validator(mode="after")
     def _consistent(self) -> TuningSweepSpec:
@@ -247,46 +290,84 @@ def _with_rules(schema: dict[str, Any], rules: list[cel.Rule]) -> None:
 
 class TrialCounts(base.ApiModel):
     total: int = 0
+    """Trials started so far: pending + running + succeeded + failed + earlyStopped."""
     pending: int = 0
+    """Trials waiting for a slot, or left unfinished by an attempt that spent its failure budget."""
     running: int = 0
+    """Trials whose training runs now."""
     succeeded: int = 0
+    """Trials that trained to the end, or that ASHA stopped at maxT (their whole budget)."""
     failed: int = 0
+    """Trials whose training failed."""
     early_stopped: int = 0
+    """Trials stopped before their end: cut by ASHA at a rung, or stopped when the goal ended the sweep."""
 
 
 class BestTrial(base.ApiModel):
     id: str
+    """Ray Tune's id of the trial."""
     parameters: dict[str, Any] = pydantic.Field(
         default_factory=dict, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
     )
+    """The trial's sampled parameters, by their searchSpace names (hyperparameters.learningRate: 0.01)."""
     metric: str
+    """The objective's metric (spec.objective.metric)."""
     value: float
+    """The best value of the metric the trial reported (the lowest for mode min, the highest for max)."""
     checkpoint: str | None = None
+    """The trial's newest checkpoint directory on the volume, as the Ray pods see it."""
 
 
 class TuningSweepStatus(base.ApiModel):
     # Operator-owned.
     phase: trainingjob.Phase | None = None
+    """Where the sweep is: Pending, Provisioning, Running, Restarting, Suspended, Succeeded or Failed, with
+    the same meanings as a TrainingJob's. Written by the operator."""
     conditions: list[base.Condition] = pydantic.Field(default_factory=list)
+    """Always the same eight conditions, for kubectl wait and kubectl describe: SpecValid, SpecApplied,
+    StorageReady, RayClusterReady, Running, Suspended, Complete, Failed. Written by the operator."""
     observed_generation: int | None = None
+    """The metadata.generation of the spec the operator last acted on."""
     attempt: int = 0
+    """The current attempt of the sweep's driver, counted from 1: each runs in its own RayJob
+    (<name>-s<attempt>) and restores the experiment where the last one stopped. 0 before the first."""
     restarts: int = 0
+    """Attempts started because the one before failed, at most template.failurePolicy.maxRestarts. Resuming
+    from suspend does not count."""
     failures: list[trainingjob.Failure] = pydantic.Field(
         default_factory=list, max_length=trainingjob.MAX_FAILURE_HISTORY
     )
+    """The failed attempts, oldest first, at most the last 10: attempt, reason, message, time."""
     children: trainingjob.Children | None = None
+    """The objects the operator created for this sweep, by kind."""
     start_time: str | None = None
+    """When the sweep started running: the first attempt's start, reset when a suspended sweep resumes.
+    activeDeadlineSeconds counts from it (RFC 3339, UTC)."""
     completion_time: str | None = None
+    """When the sweep Succeeded or Failed (RFC 3339, UTC)."""
     next_restart_time: str | None = None
+    """While Restarting: when the next attempt starts, after the backoff (RFC 3339, UTC)."""
     # Driver-owned.
     trials: TrialCounts | None = None
+    """Trials by state, written by the sweep's driver."""
     best_trial: BestTrial | None = None
+    """The best trial so far among those that did not fail, written by the sweep's driver."""
     updated: str | None = None
+    """When the sweep's driver last published trials and bestTrial (RFC 3339, UTC)."""
 
 
 class TuningSweep(base.ApiModel):
+    """A hyperparameter (or NCCL setting) search with Ray Tune: every trial trains spec.template with
+    sampled parameters, in one KubeRay RayJob whose driver runs the search; the status carries the trial
+    counts and the best trial."""
+
     api_version: Literal["trainop.dev/v1alpha1"] = "trainop.dev/v1alpha1"
+    """The API group and version: trainop.dev/v1alpha1."""
     kind: Literal["TuningSweep"] = "TuningSweep"
+    """The object's kind: TuningSweep."""
     metadata: base.ObjectMeta
+    """The object's metadata; the name is at most 40 characters (child names add suffixes)."""
     spec: TuningSweepSpec
+    """What to search and how: the desired state, written by you."""
     status: TuningSweepStatus | None = None
+    """What happened, written by the operator and by the sweep's driver."""

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import kopf
+from kopf._core.engines import peering as kopf_peering  # Identity: kopf.operator's type, not re-exported
 
 from trainop.controller import engine, handlers, kube, metrics, options, reconcile
 
@@ -117,9 +118,9 @@ async def serve(
             await client.close()
 
 
-def own_identity() -> str:
+def own_identity() -> kopf_peering.Identity:
     """This operator's name among its peers: the pod's name (the chart's POD_NAME), else host and pid."""
-    return os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+    return kopf_peering.Identity(os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}")
 
 
 def _register_login(registry: kopf.OperatorRegistry, kubeconfig: str | None) -> None:

@@ -11,13 +11,22 @@ Choices, each for a reason:
 - One head group on CPU (``num-cpus: 0``, so Ray schedules no training work there; the entrypoint and
   Ray Train's controller run on it) and one worker group of ``replicas`` pods with the requested CPUs,
   memory and ``nvidia.com/gpu``. KubeRay derives Ray's resources from the container limits.
+- Sizes: a worker pod's CPUs, memory and /dev/shm are the spec's, or, where it leaves them unset, sized
+  for the job by ``trainop.api.resources`` (small for CPU workers, per GPU and per DataLoader worker for
+  GPU workers). The head of a TrainingJob requests ``HEAD_MEMORY_REQUEST`` (what its processes measured
+  on the CPU demo, about 2.9 GiB: the entrypoint, Ray Train's controller and its helper actors, GCS,
+  dashboard, agents) and may use up to ``HEAD_MEMORY`` (the limit Ray sees); every pod's /dev/shm is half
+  of its memory unless the spec sizes the workers' (Ray's object store, 30 % of the pod's memory, must fit
+  in it or Ray falls back to disk with a warning).
 - Every pod passes Pod Security ``restricted``: non-root uid 1000, no privilege escalation, all
   capabilities dropped, RuntimeDefault seccomp. KubeRay copies the Ray container's securityContext into
   the init container it injects into workers, so those pass too.
 - Volumes: the checkpoint claim at ``trainer_config.CHECKPOINT_MOUNT_PATH`` and the trainer ConfigMap at
   /etc/trainop in head and workers (Ray Train's controller on the head reads checkpoint state from the
   same storage path the workers write), and a memory-backed /dev/shm sized by ``workers.sharedMemory``.
-- NCCL env from ``trainop.api.nccl.env_for(spec.network)`` on every Ray container.
+- NCCL env from ``trainop.api.nccl.env_for(spec.network)`` on every Ray container, and
+  ``trainer_config.RAY_TRAIN_ENV`` (Ray Train's preemption watcher off: the trainer never asks it, and its
+  start logs an error-level line in every job's log).
 - The trainer's metrics ports, one per local rank (GPU), are declared on workers as container ports
   ``metrics``, ``metrics-1``, ... (``metrics_port_name``), for a PodMonitor.
 - Graceful preemption: a pod's SIGTERM goes to ``ray start``, not to the training processes, so every
@@ -28,6 +37,12 @@ Choices, each for a reason:
   the helper's start-up and for ``ray start`` to stop after it. The head gets neither: it runs no training
   process (``num-cpus: 0`` while every Train worker asks for CPUs), so the helper would find nothing to
   signal there; losing the head ends the attempt, and the next one resumes from the latest checkpoint.
+- The job's log on the pods' log subresource: the driver's output (every rank's lines, forwarded by Ray)
+  goes to a file under Ray's temp dir on the head, not to a container's stdout. The head pod therefore
+  has a second, small container ``trainer-log`` (``python -m trainop_trainer.logtail``) that prints that
+  file, sharing Ray's temp dir (``/tmp/ray``, an emptyDir) with the Ray container: ``kubectl logs <head> -c
+  trainer-log`` and ``kubectl trainop logs`` read it. Ray's log deduplication is off on the head
+  (``RAY_DEDUP_LOGS=0``): it would fold identical lines of different ranks into one.
 - A TuningSweep's head also hosts the trial drivers and their Train controllers (docs/sweep.md, about
   2 GiB per concurrent trial, measured): its memory is ``2 GiB + maxConcurrentTrials x 2 GiB`` and it
   advertises ``maxConcurrentTrials`` units of the custom Ray resource ``trainop_trial_driver``, which each
@@ -39,19 +54,29 @@ This module must not talk to the API or read the clock.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 from typing import Any
 
-from trainop.api import manifest, nccl, trainer_config, trainingjob
+from trainop.api import manifest, nccl, resources, trainer_config, trainingjob
 from trainop.controller import kinds, meta
 
 RAY_API_VERSION = "ray.io/v1"
 HEAD_CONTAINER = "ray-head"
+# The head's log follower (trainop_trainer.logtail) and what it needs: Ray's temp dir shared with it.
+LOG_CONTAINER = "trainer-log"
+LOG_COMMAND = ("python", "-m", "trainop_trainer.logtail", "/tmp/ray")
+RAY_TEMP_DIR = "/tmp/ray"
+LOG_CONTAINER_RESOURCES = {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}}
 WORKER_CONTAINER = "ray-worker"
 WORKER_GROUP = "workers"
 CONFIG_DIR = "/etc/trainop"
-# The Ray head runs the entrypoint, the dashboard, GCS and Ray Train's controller, no training.
+# The Ray head runs the entrypoint, the dashboard, GCS and Ray Train's controller, no training. Its memory
+# request is what those processes used at their peak on the CPU demo (about 2.9 GiB, docs/operator.md);
+# the limit, which Ray sees as the node's memory, leaves room for larger jobs' controller state.
 HEAD_CPU = "1"
+HEAD_MEMORY_REQUEST = "3Gi"
 HEAD_MEMORY = "4Gi"
 RUN_AS_USER = 1000
 RAY_METRICS_PORT = 8080  # KubeRay's default metrics-export-port for Ray's own metrics
@@ -71,6 +96,7 @@ PRESTOP_MARGIN_SECONDS = 5
 VOLUME_CHECKPOINTS = "checkpoints"
 VOLUME_CONFIG = "trainer-config"
 VOLUME_SHM = "dshm"
+VOLUME_RAY_TEMP = "ray-tmp"
 
 
 def desired_rayjob(resource: manifest.Resource, attempt: int) -> dict[str, Any]:
@@ -128,12 +154,20 @@ def head_start_params(resource: manifest.Resource) -> dict[str, str]:
 
 
 def head_memory(resource: manifest.Resource) -> str:
-    """The head container's memory (requests = limits; KubeRay gives Ray the limit): a TrainingJob's fixed
-    size, or for a sweep the base plus one share per concurrent trial."""
+    """The head container's memory limit (KubeRay gives Ray the limit): a TrainingJob's fixed size, or for a
+    sweep the base plus one share per concurrent trial."""
     drivers = kinds.trial_drivers(resource)
     if not drivers:
         return HEAD_MEMORY
     return f"{SWEEP_HEAD_BASE_MEMORY_GIB + drivers * SWEEP_HEAD_MEMORY_PER_TRIAL_GIB}Gi"
+
+
+def head_memory_request(resource: manifest.Resource) -> str:
+    """The head container's memory request: a TrainingJob's measured size; a sweep's head requests its
+    whole limit (sized per trial driver, docs/sweep.md)."""
+    if kinds.trial_drivers(resource):
+        return head_memory(resource)
+    return HEAD_MEMORY_REQUEST
 
 
 def prestop_timeout_seconds(termination_grace_period_seconds: int) -> int:
@@ -146,6 +180,7 @@ def pod_template(resource: manifest.Resource, attempt: int, *, head: bool) -> di
     spec = kinds.training_spec(resource)
     kind = kinds.kind_of(resource)
     workers = spec.workers
+    shm = resources.half_of(head_memory(resource)) if head else resources.worker_shared_memory(spec)
     pod: dict[str, Any] = {
         "serviceAccountName": kind.service_account_name(resource.metadata.name),
         "automountServiceAccountToken": True,
@@ -157,7 +192,7 @@ def pod_template(resource: manifest.Resource, attempt: int, *, head: bool) -> di
             "fsGroupChangePolicy": "OnRootMismatch",
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "containers": [_container(resource, spec, head=head)],
+        "containers": [_container(resource, spec, head=head), *([_log_container(spec)] if head else [])],
         "volumes": [
             {"name": VOLUME_CHECKPOINTS, "persistentVolumeClaim": {"claimName": kinds.claim_name(resource)}},
             {
@@ -167,7 +202,8 @@ def pod_template(resource: manifest.Resource, attempt: int, *, head: bool) -> di
                     "items": [{"key": trainer_config.CONFIG_KEY, "path": trainer_config.CONFIG_KEY}],
                 },
             },
-            {"name": VOLUME_SHM, "emptyDir": {"medium": "Memory", "sizeLimit": workers.shared_memory}},
+            {"name": VOLUME_SHM, "emptyDir": {"medium": "Memory", "sizeLimit": shm}},
+            *([{"name": VOLUME_RAY_TEMP, "emptyDir": {}}] if head else []),
         ],
     }
     if not head:
@@ -185,20 +221,27 @@ def _container(
     resource: manifest.Resource, spec: trainingjob.TrainingJobSpec, *, head: bool
 ) -> dict[str, Any]:
     workers = spec.workers
-    env = {trainer_config.CONFIG_ENV: trainer_config.DEFAULT_CONFIG_PATH, **nccl.env_for(spec.network)}
+    env = {
+        trainer_config.CONFIG_ENV: trainer_config.DEFAULT_CONFIG_PATH,
+        # On every Ray container: the Train controllers of the job's driver and of a sweep's trial drivers
+        # (Ray workers started by the raylet) all see it.
+        **trainer_config.RAY_TRAIN_ENV,
+        **nccl.env_for(spec.network),
+    }
     if head:
-        memory = head_memory(resource)
-        resources: dict[str, Any] = {
-            "requests": {"cpu": HEAD_CPU, "memory": memory},
-            "limits": {"memory": memory},
+        env["RAY_DEDUP_LOGS"] = "0"  # every rank's lines, as they were written (see the module docstring)
+        requests_limits: dict[str, Any] = {
+            "requests": {"cpu": HEAD_CPU, "memory": head_memory_request(resource)},
+            "limits": {"memory": head_memory(resource)},
         }
         ports: list[dict[str, Any]] = []
     else:
-        cpu = _cpu(workers.cpus_per_worker)
-        limits: dict[str, Any] = {"cpu": cpu, "memory": workers.memory_per_worker}
+        cpu = _cpu(resources.worker_cpus(spec))
+        memory = resources.worker_memory(spec)
+        limits: dict[str, Any] = {"cpu": cpu, "memory": memory}
         if workers.gpus_per_worker:
             limits["nvidia.com/gpu"] = str(workers.gpus_per_worker)
-        resources = {"requests": {"cpu": cpu, "memory": workers.memory_per_worker}, "limits": limits}
+        requests_limits = {"requests": {"cpu": cpu, "memory": memory}, "limits": limits}
         ports = [
             {
                 "name": metrics_port_name(rank),
@@ -214,18 +257,14 @@ def _container(
         "name": HEAD_CONTAINER if head else WORKER_CONTAINER,
         "image": spec.image,
         "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
-        "resources": resources,
+        "resources": requests_limits,
         "volumeMounts": [
             {"name": VOLUME_CHECKPOINTS, "mountPath": trainer_config.CHECKPOINT_MOUNT_PATH},
             {"name": VOLUME_CONFIG, "mountPath": CONFIG_DIR, "readOnly": True},
             {"name": VOLUME_SHM, "mountPath": "/dev/shm"},
+            *([{"name": VOLUME_RAY_TEMP, "mountPath": RAY_TEMP_DIR}] if head else []),
         ],
-        "securityContext": {
-            "runAsNonRoot": True,
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": _container_security(),
     }
     if ports:
         container["ports"] = ports
@@ -233,6 +272,49 @@ def _container(
         timeout = prestop_timeout_seconds(workers.termination_grace_period_seconds)
         container["lifecycle"] = {"preStop": {"exec": {"command": [*PRESTOP_COMMAND, str(timeout)]}}}
     return container
+
+
+def _container_security() -> dict[str, Any]:
+    """Pod Security ``restricted`` for a container (a new dict each time: manifests share nothing)."""
+    return {
+        "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _log_container(spec: trainingjob.TrainingJobSpec) -> dict[str, Any]:
+    """The head's log follower: the job driver's log (every rank's lines) on this container's stdout."""
+    return {
+        "name": LOG_CONTAINER,
+        "image": spec.image,
+        "command": list(LOG_COMMAND),
+        "resources": copy.deepcopy(LOG_CONTAINER_RESOURCES),
+        "volumeMounts": [{"name": VOLUME_RAY_TEMP, "mountPath": RAY_TEMP_DIR, "readOnly": True}],
+        "securityContext": _container_security(),
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class PodRequests:
+    """What one pod asks the scheduler for: the sum over its containers."""
+
+    cpu: float
+    memory_bytes: int
+    gpus: int
+
+
+def pod_requests(pod_spec: dict[str, Any]) -> PodRequests:
+    """The requests of a pod template's spec, every container counted (the head's log follower too)."""
+    cpu, memory, gpus = 0.0, 0, 0
+    for container in pod_spec["containers"]:
+        requests = container.get("resources", {}).get("requests", {})
+        quantity = str(requests.get("cpu", "0"))
+        cpu += float(quantity[:-1]) / 1000 if quantity.endswith("m") else float(quantity)
+        memory += resources.quantity_bytes(str(requests.get("memory", "0")))
+        gpus += int(container.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0))
+    return PodRequests(cpu=cpu, memory_bytes=memory, gpus=gpus)
 
 
 def _cpu(cpus: float) -> str:

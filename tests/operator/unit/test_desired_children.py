@@ -284,7 +284,7 @@ def test_cpu_quantities_are_whole_cores_or_millicores(cpus: float, quantity: str
 def test_the_head_runs_no_training_work() -> None:
     head = job_children()["RayJob"]["spec"]["rayClusterSpec"]["headGroupSpec"]
     assert head["rayStartParams"] == {"num-cpus": "0"}
-    (container,) = head["template"]["spec"]["containers"]
+    container = head["template"]["spec"]["containers"][0]  # the Ray container
     assert "nvidia.com/gpu" not in container["resources"]["limits"]
 
 
@@ -308,7 +308,7 @@ def test_scheduling_constraints_apply_to_gpu_workers_only() -> None:
 @pytest.mark.parametrize("group", ["head", "worker"])
 def test_every_ray_container_gets_the_nccl_env_of_the_network_profile(profile: str, group: str) -> None:
     spec = {"network": {"profile": profile, "ncclEnv": {"NCCL_DEBUG": "INFO"}}}
-    (container,) = pods(job_children(spec)["RayJob"])[group]["spec"]["containers"]
+    container = pods(job_children(spec)["RayJob"])[group]["spec"]["containers"][0]  # the Ray container
     env = {e["name"]: e["value"] for e in container["env"]}
     expected = nccl.env_for(
         trainingjob.Network(profile=trainingjob.NetworkProfile(profile), nccl_env={"NCCL_DEBUG": "INFO"})
@@ -342,15 +342,35 @@ def test_every_pod_mounts_checkpoints_config_and_a_memory_backed_dev_shm(group: 
         "name": "mlp-trainer",
         "items": [{"key": "trainer.json", "path": "trainer.json"}],
     }
-    assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "16Gi"}
-    (container,) = pod["containers"]
+    # The workers' /dev/shm is the spec's; the head's is half of its own memory (4Gi), not the workers'.
+    size = "16Gi" if group == "worker" else "2Gi"
+    assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": size}
+    container = pod["containers"][0]  # the Ray container
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    # The head shares Ray's temp dir with its log follower (the driver's log is written there).
+    shared = {"/tmp/ray": "ray-tmp"} if group == "head" else {}
     assert mounts == {
         trainer_config.CHECKPOINT_MOUNT_PATH: "checkpoints",
         "/etc/trainop": "trainer-config",
         "/dev/shm": "dshm",
+        **shared,
     }
     assert rayjob.CONFIG_DIR + "/" + trainer_config.CONFIG_KEY == trainer_config.DEFAULT_CONFIG_PATH
+
+
+def test_the_head_runs_a_log_follower_that_prints_the_job_drivers_log_from_the_shared_ray_temp_dir() -> None:
+    head = pods(job_children()["RayJob"])["head"]["spec"]
+    ray, follower = head["containers"]
+    assert ray["name"] == "ray-head"  # KubeRay takes the first container for Ray's
+    assert follower["name"] == "trainer-log"
+    assert follower["command"] == ["python", "-m", "trainop_trainer.logtail", "/tmp/ray"]
+    assert follower["image"] == ray["image"]
+    assert follower["volumeMounts"] == [{"name": "ray-tmp", "mountPath": "/tmp/ray", "readOnly": True}]
+    assert {"name": "ray-tmp", "emptyDir": {}} in head["volumes"]
+    assert follower["securityContext"] == ray["securityContext"]
+    assert {e["name"]: e["value"] for e in ray["env"]}["RAY_DEDUP_LOGS"] == "0"
+    worker = pods(job_children()["RayJob"])["worker"]["spec"]
+    assert [c["name"] for c in worker["containers"]] == ["ray-worker"]
 
 
 def test_workers_expose_the_trainer_metrics_port_named_metrics_for_a_podmonitor() -> None:
@@ -436,3 +456,12 @@ def test_drift_is_a_desired_field_that_differs_not_a_field_the_apiserver_added(
     from trainop.controller import apply
 
     assert apply.contains(existing, desired) is same
+
+
+@pytest.mark.parametrize("group", ["head", "worker"])
+def test_every_ray_container_turns_ray_trains_preemption_watcher_off(group: str) -> None:
+    """The trainer never asks the watcher (preemption goes through the preStop hook), and its start logs an
+    error-level line in every job's log: off on every Ray process, as in the trainer's own tests."""
+    container = pods(job_children()["RayJob"])[group]["spec"]["containers"][0]  # the Ray container
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] == "0"

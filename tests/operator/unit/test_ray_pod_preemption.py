@@ -27,7 +27,7 @@ def ray_pods(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def prestop_command(group: dict[str, Any]) -> list[str]:
-    (container,) = group["template"]["spec"]["containers"]
+    container = group["template"]["spec"]["containers"][0]  # the Ray container
     command: list[str] = container["lifecycle"]["preStop"]["exec"]["command"]
     return command
 
@@ -83,7 +83,7 @@ def test_the_head_has_no_prestop_hook_because_no_training_rank_can_run_there(
 
     built = body(spec={"workers": workers} if body is factories.job else {"template": {"workers": workers}})
     head = ray_pods(built)["head"]
-    (container,) = head["template"]["spec"]["containers"]
+    container = head["template"]["spec"]["containers"][0]  # the Ray container
     assert "lifecycle" not in container
     assert "terminationGracePeriodSeconds" not in head["template"]["spec"]  # Kubernetes' default applies
     # Why: the head offers Ray no CPU, and every Train worker (one rank) asks for some.

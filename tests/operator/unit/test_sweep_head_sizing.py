@@ -25,7 +25,7 @@ def sweep_head(max_concurrent_trials: int) -> dict[str, Any]:
 
 @pytest.mark.parametrize(("trials", "memory"), [(1, "4Gi"), (2, "6Gi"), (8, "18Gi"), (1024, "2050Gi")])
 def test_a_sweep_head_gets_2gib_plus_2gib_per_concurrent_trial(trials: int, memory: str) -> None:
-    (container,) = sweep_head(trials)["template"]["spec"]["containers"]
+    container = sweep_head(trials)["template"]["spec"]["containers"][0]  # the Ray container
     assert container["resources"] == {
         "requests": {"cpu": "1", "memory": memory},
         "limits": {"memory": memory},
@@ -45,7 +45,7 @@ def test_a_sweep_head_advertises_one_trial_driver_slot_per_concurrent_trial_and_
 def test_a_trainingjob_head_has_no_trial_driver_resource_and_its_own_size() -> None:
     head = head_group(factories.job())
     assert head["rayStartParams"] == {"num-cpus": "0"}
-    (container,) = head["template"]["spec"]["containers"]
+    container = head["template"]["spec"]["containers"][0]  # the Ray container
     assert container["resources"]["limits"] == {"memory": "4Gi"}
 
 

@@ -191,7 +191,7 @@ def run_sweep_manifest(
     """Run every TuningSweep in the manifest file locally; returns the exit code (0 the sweep succeeded,
     1 it failed, 2 invalid manifest or search space). ``workers`` caps each trial's workers;
     ``inject_failure_at_step`` (or $TRAINOP_INJECT_FAILURE_AT_STEP) makes every trial kill one of its
-    workers once, right after its first checkpoint at or after that step."""
+    workers once (``config.injected_failure_note`` says when)."""
     out = out or sys.stdout
     return job_local.run_each(
         path,
@@ -246,7 +246,9 @@ def _run_sweep(
     out.flush()
     if verbose:
         configure_logging(rank=None)
-    ray_train.ensure_ray(num_cpus=logical_cpus, num_gpus=gpus or None, log_to_driver=verbose)
+    ray_train.ensure_ray(
+        num_cpus=logical_cpus, num_gpus=gpus or None, log_to_driver=verbose, quiet=not verbose
+    )
     start_time = _now()
     table = TrialTable(
         paths.trials_file, metric=spec.objective.metric, names=list(spec.search_space), out=out
