@@ -114,8 +114,9 @@ def test_pods_that_do_not_fit_the_node_of_their_readwriteonce_claim_are_reported
     _run, facts = e2e_script.outcome()
     message = condition(facts["reported"], "RayClusterReady")["message"]
     # Two nodes have room for the job between them, but the claim's volume lives on one node (node-local,
-    # like a cloud block volume in one zone): the scheduler's refusal names the volume's node affinity.
-    assert "node affinity" in message, message
+    # like a cloud block volume in one zone): the scheduler's refusal names the CPUs the claim's node lacks
+    # and the volume the other node cannot have.
+    assert "Insufficient cpu" in message and "persistent volume" in message, message
     placed = {p["spec"].get("nodeName") for p in facts["pods"] if p["spec"].get("nodeName")}
     assert len(placed) == 1, f"the job's scheduled pods are on {placed}, not on the one node of its claim"
     selected = facts["claim"]["metadata"]["annotations"]["volume.kubernetes.io/selected-node"]
