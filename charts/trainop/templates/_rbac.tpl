@@ -10,11 +10,11 @@ per watched namespace (one RoleBinding per namespace to the same ClusterRole).
 */}}
 
 {{- define "trainop.rbac.namespacedRules" -}}
-# The API objects: kopf watches them; the operator reads one before reconciling it, patches its
-# trainop.dev/applied-spec annotation, and deletes it once spec.ttlSecondsAfterFinished has passed.
+# The API objects: kopf watches them; the operator reads one before reconciling it, and deletes it once
+# spec.ttlSecondsAfterFinished has passed.
 - apiGroups: ["trainop.dev"]
   resources: ["trainingjobs", "tuningsweeps"]
-  verbs: ["get", "list", "watch", "patch", "delete"]
+  verbs: ["get", "list", "watch", "delete"]
 # Status subresource: the operator writes phase, conditions, attempts. It also creates each job's Role
 # granting get+patch on that one job's status (for the trainer's rank 0); RBAC allows that without the
 # escalate verb only because the operator holds both verbs itself.
@@ -29,23 +29,24 @@ per watched namespace (one RoleBinding per namespace to the same ClusterRole).
 # One RayJob per attempt: created, never patched (a RayJob's spec is fixed), old attempts deleted.
 - apiGroups: ["ray.io"]
   resources: ["rayjobs"]
-  verbs: ["get", "list", "watch", "create", "delete"]
+  verbs: ["list", "watch", "create", "delete"]
 # Read-only: KubeRay's RayCluster of the current attempt tells why it is not ready.
 - apiGroups: ["ray.io"]
   resources: ["rayclusters"]
-  verbs: ["get", "list", "watch"]
-# The checkpoint claim: created once, never changed (watched to notice it bound or lost).
+  verbs: ["list", "watch"]
+# The checkpoint claim: created once (watched to notice it bound or lost); patched only to add the job's
+# owner reference to a claim found under its name when deleteWithJob asks for one.
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
-  verbs: ["get", "list", "watch", "create"]
-# Per-job children kept in line with the spec: the trainer's config, the job's ServiceAccount, and its
-# Role and RoleBinding.
+  verbs: ["list", "watch", "create", "patch"]
+# Per-job children kept in line with the spec by server-side apply, and watched: the trainer's config,
+# the job's ServiceAccount, and its Role and RoleBinding.
 - apiGroups: [""]
   resources: ["configmaps", "serviceaccounts"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["list", "watch", "create", "patch"]
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["list", "watch", "create", "patch"]
 # Events on jobs (kopf's and the operator's, both core/v1).
 - apiGroups: [""]
   resources: ["events"]

@@ -27,6 +27,7 @@ QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$"
 # Job names are capped at 40 so that child names ("<job>-a<attempt>", KubeRay's own suffixes on the
 # RayCluster and its pods) stay within KubeRay's 47-character RayJob name limit.
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+MAX_NAME_LENGTH = 40
 
 Quantity = Annotated[str, pydantic.Field(pattern=QUANTITY_PATTERN)]
 
@@ -52,7 +53,7 @@ class ObjectMeta(pydantic.BaseModel):
 
     model_config = pydantic.ConfigDict(extra="allow", populate_by_name=True)
 
-    name: Annotated[str, pydantic.Field(min_length=1, max_length=40, pattern=DNS_LABEL_PATTERN)]
+    name: Annotated[str, pydantic.Field(min_length=1, max_length=MAX_NAME_LENGTH, pattern=DNS_LABEL_PATTERN)]
     namespace: str | None = None
     uid: str | None = None
     generation: int | None = None

@@ -144,16 +144,15 @@ def _object_schema(
     return {
         "type": "object",
         "required": ["spec"],
-        "x-kubernetes-validations": [
-            {
-                "rule": "self.metadata.name.size() <= 40",
-                "message": "metadata.name must be at most 40 characters (child object names add suffixes)",
-            }
-        ],
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
-            "metadata": {"type": "object"},
+            # The one metadata constraint a CRD may state (child names add suffixes to the owner's), as a
+            # schema property so that a refusal names the field (a root CEL rule's would say "<nil>").
+            "metadata": {
+                "type": "object",
+                "properties": {"name": {"type": "string", "maxLength": base.MAX_NAME_LENGTH}},
+            },
             "spec": structural_schema(spec_model, apply_defaults=True),
             "status": structural_schema(status_model, apply_defaults=False),
         },

@@ -14,12 +14,17 @@ from typing import Annotated, Any, Literal
 
 import pydantic
 
-from trainop.api import base
+from trainop.api import base, operator_status
+
+# Defined once in operator_status (both kinds share them); named here too, where a job's users look.
+Phase = operator_status.Phase
+Failure = operator_status.Failure
+Children = operator_status.Children
+MAX_FAILURE_HISTORY = operator_status.MAX_FAILURE_HISTORY
 
 ENTRYPOINT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
 NCCL_ENV_KEY_PATTERN = r"^(NCCL|TORCH_NCCL|UCX|FI)_[A-Z0-9_]+$"
 CLAIM_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
-MAX_FAILURE_HISTORY = 10
 # activeDeadlineSeconds and ttlSecondsAfterFinished: at most 2^31 - 1 s (about 68 years, Kubernetes' int32
 # for a Job's TTL). Unbounded, a huge value made the operator's due-time arithmetic overflow (found by
 # tests/reliability/test_bad_input_property.py).
@@ -38,22 +43,6 @@ RAY_POD_PORTS = {
 # model's synchronous checkpoint time to finish.
 MIN_TERMINATION_GRACE_PERIOD_SECONDS = 10
 DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS = 120
-
-
-class Phase(enum.StrEnum):
-    """Where a job is in its life. Only the operator writes it."""
-
-    PENDING = "Pending"
-    PROVISIONING = "Provisioning"
-    RUNNING = "Running"
-    RESTARTING = "Restarting"
-    SUSPENDED = "Suspended"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-
-    @property
-    def finished(self) -> bool:
-        return self in (Phase.SUCCEEDED, Phase.FAILED)
 
 
 class BuiltinModel(enum.StrEnum):
@@ -405,13 +394,6 @@ IMMUTABLE_FIELDS: tuple[tuple[str, ...], ...] = (
 )
 
 
-class Failure(base.ApiModel):
-    attempt: int
-    reason: str
-    message: str = ""
-    time: str
-
-
 class Progress(base.ApiModel):
     """Written by the trainer's rank 0 only."""
 
@@ -454,28 +436,15 @@ class NetworkStatus(base.ApiModel):
     measured: str | None = None
 
 
-class Children(base.ApiModel):
-    ray_job: str | None = None
-    config_map: str | None = None
-    persistent_volume_claim: str | None = None
-    service_account: str | None = None
+class TrainingJobOperatorStatus(operator_status.OperatorStatus):
+    """The operator's part of a TrainingJob's status: every kind's, and the sizes its columns show."""
 
-
-class TrainingJobStatus(base.ApiModel):
-    # Operator-owned.
-    phase: Phase | None = None
-    conditions: list[base.Condition] = pydantic.Field(default_factory=list)
-    observed_generation: int | None = None
-    attempt: int = 0
-    restarts: int = 0
-    failures: list[Failure] = pydantic.Field(default_factory=list, max_length=MAX_FAILURE_HISTORY)
-    children: Children | None = None
     workers: int | None = None
     gpus: int | None = None
-    start_time: str | None = None
-    completion_time: str | None = None
-    next_restart_time: str | None = None
-    # Trainer-owned (rank 0).
+
+
+class TrainingJobStatus(TrainingJobOperatorStatus):
+    # Trainer-owned (rank 0); everything above is the operator's.
     progress: Progress | None = None
     checkpoint: CheckpointStatus | None = None
     network: NetworkStatus | None = None

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 import pydantic
 
-from trainop.api import base, trainingjob
+from trainop.api import base, operator_status, trainingjob
 
 MAX_DURATION = trainingjob.MAX_DURATION_SECONDS
 
@@ -214,21 +214,8 @@ class BestTrial(base.ApiModel):
     checkpoint: str | None = None
 
 
-class TuningSweepStatus(base.ApiModel):
-    # Operator-owned.
-    phase: trainingjob.Phase | None = None
-    conditions: list[base.Condition] = pydantic.Field(default_factory=list)
-    observed_generation: int | None = None
-    attempt: int = 0
-    restarts: int = 0
-    failures: list[trainingjob.Failure] = pydantic.Field(
-        default_factory=list, max_length=trainingjob.MAX_FAILURE_HISTORY
-    )
-    children: trainingjob.Children | None = None
-    start_time: str | None = None
-    completion_time: str | None = None
-    next_restart_time: str | None = None
-    # Driver-owned.
+class TuningSweepStatus(operator_status.OperatorStatus):
+    # Driver-owned; everything in OperatorStatus is the operator's.
     trials: TrialCounts | None = None
     best_trial: BestTrial | None = None
     updated: str | None = None

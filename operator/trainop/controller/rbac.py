@@ -14,11 +14,11 @@ from __future__ import annotations
 from typing import Any
 
 OPERATOR_RULES: list[dict[str, Any]] = [
-    # Owners: watched; the applied-spec annotation patched; deleted after ttlSecondsAfterFinished.
+    # Owners: watched (and read fresh before each reconcile); deleted after ttlSecondsAfterFinished.
     {
         "apiGroups": ["trainop.dev"],
         "resources": ["trainingjobs", "tuningsweeps"],
-        "verbs": ["get", "list", "watch", "patch", "delete"],
+        "verbs": ["get", "list", "watch", "delete"],
     },
     # The operator-owned status fields (and what the trainer's Role grants, which needs them held).
     {
@@ -32,24 +32,29 @@ OPERATOR_RULES: list[dict[str, Any]] = [
         "resources": ["trainingjobs/finalizers", "tuningsweeps/finalizers"],
         "verbs": ["update"],
     },
-    # One RayJob per attempt: created, never patched; other attempts' deleted; status watched.
+    # One RayJob per attempt: created, never patched; other attempts' deleted; watched (the cache).
+    {"apiGroups": ["ray.io"], "resources": ["rayjobs"], "verbs": ["list", "watch", "create", "delete"]},
+    # Watched while an attempt starts: KubeRay reports pod creation failures (quota) there.
+    {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["list", "watch"]},
+    # The checkpoint claim: created, never deleted by the operator (owner references do it); patched only
+    # to add the owner reference to a claim found under its name when deleteWithJob asks for one.
     {
-        "apiGroups": ["ray.io"],
-        "resources": ["rayjobs"],
-        "verbs": ["get", "list", "watch", "create", "delete"],
+        "apiGroups": [""],
+        "resources": ["persistentvolumeclaims"],
+        "verbs": ["list", "watch", "create", "patch"],
     },
-    # Read while an attempt starts: KubeRay reports pod creation failures (quota) there.
-    {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["get", "list", "watch"]},
-    # The checkpoint claim: created, never patched or deleted by the operator (owner references do it).
-    {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "list", "watch", "create"]},
     # Ray pods of a starting attempt: image pull and scheduling problems become conditions.
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
-    # The trainer's config and identity.
-    {"apiGroups": [""], "resources": ["configmaps", "serviceaccounts"], "verbs": ["get", "create", "patch"]},
+    # The trainer's config and identity, and its Role and binding: server-side applied, watched.
+    {
+        "apiGroups": [""],
+        "resources": ["configmaps", "serviceaccounts"],
+        "verbs": ["list", "watch", "create", "patch"],
+    },
     {
         "apiGroups": ["rbac.authorization.k8s.io"],
         "resources": ["roles", "rolebindings"],
-        "verbs": ["get", "create", "patch"],
+        "verbs": ["list", "watch", "create", "patch"],
     },
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     # kopf: discovering resources (and noticing KubeRay's CRDs installed later), namespace patterns.

@@ -1,0 +1,120 @@
+"""The operator-owned part of an owner's status, defined once for both kinds.
+
+A TrainingJob's and a TuningSweep's status are written by two parties on disjoint keys: the operator
+(``phase``, ``conditions``, ``attempt``, ``restarts``, ``failures``, ``children``, the times) and the
+workload (a TrainingJob's trainer rank 0: ``progress``, ``checkpoint``, ``network``; a TuningSweep's
+driver: ``trials``, ``bestTrial``, ``updated``). :class:`OperatorStatus` is the operator's part; each
+kind's status model extends it (``trainingjob.TrainingJobOperatorStatus`` adds ``workers``/``gpus``,
+then ``TrainingJobStatus`` the trainer's keys; ``tuningsweep.TuningSweepStatus`` the driver's), so the
+CRD schema, the docs and the operator's own reads and writes all come from this one definition.
+
+:meth:`OperatorStatus.from_stored` reads only the operator's keys of a stored status and
+:meth:`OperatorStatus.merge_patch_from` computes a JSON merge patch from what is stored to what is
+wanted, so the workload's keys are never in a patch the operator sends and can never be overwritten by it.
+
+This module must not import anything heavier than pydantic (both images import the API).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Any, Self
+
+import pydantic
+
+from trainop.api import base
+
+MAX_FAILURE_HISTORY = 10
+
+
+class Phase(enum.StrEnum):
+    """Where a job is in its life. Only the operator writes it."""
+
+    PENDING = "Pending"
+    PROVISIONING = "Provisioning"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+    @property
+    def finished(self) -> bool:
+        return self in (Phase.SUCCEEDED, Phase.FAILED)
+
+
+class Failure(base.ApiModel):
+    attempt: int
+    reason: str
+    message: str = ""
+    time: str
+
+
+# The owner's children by name: each one named exists, or is being created by the reconcile that wrote it.
+class Children(base.ApiModel):
+    ray_job: str | None = None
+    config_map: str | None = None
+    persistent_volume_claim: str | None = None
+    service_account: str | None = None
+
+
+class OperatorStatus(base.ApiModel):
+    """The status fields only the operator writes (every kind has them)."""
+
+    phase: Phase | None = None
+    conditions: list[base.Condition] = pydantic.Field(default_factory=list)
+    observed_generation: int | None = None
+    attempt: int = 0
+    restarts: int = 0
+    failures: list[Failure] = pydantic.Field(default_factory=list, max_length=MAX_FAILURE_HISTORY)
+    children: Children | None = None
+    start_time: str | None = None
+    completion_time: str | None = None
+    next_restart_time: str | None = None
+    applied_spec: str | None = pydantic.Field(
+        default=None,
+        description="The spec the operator accepted and runs (JSON). A change of an immutable field, or an "
+        "invalid edit, is refused against it and the job keeps running with it.",
+    )
+
+    @classmethod
+    def operator_keys(cls) -> frozenset[str]:
+        """The wire names of this model's fields: call it on an operator-owned model (this class or a
+        kind's extension of it with operator fields only), not on a kind's whole status model."""
+        return frozenset(f.alias or name for name, f in cls.model_fields.items())
+
+    @classmethod
+    def from_stored(cls, raw: Mapping[str, Any] | None) -> Self:
+        """The operator's part of a status exactly as stored (the workload's keys are left out)."""
+        return cls.model_validate(stored_part(cls, raw), by_alias=True, by_name=False)
+
+    def merge_patch_from(self, raw: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The RFC 7386 JSON merge patch that turns the stored operator keys of ``raw`` into these.
+
+        Computed against what is stored, not against model defaults: ``restarts: 0`` is not in a new
+        object's status until written.
+        """
+        return merge_patch(stored_part(type(self), raw), self.to_wire())
+
+
+def stored_part(model: type[OperatorStatus], raw: Mapping[str, Any] | None) -> dict[str, Any]:
+    keys = model.operator_keys()
+    return {k: v for k, v in (raw or {}).items() if k in keys}
+
+
+def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """An RFC 7386 JSON merge patch turning ``old`` into ``new`` (removed keys become null)."""
+    patch: dict[str, Any] = {}
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            nested = merge_patch(before, value)
+            if nested:
+                patch[key] = nested
+        elif value != before:
+            patch[key] = value
+    for key in old:
+        if key not in new:
+            patch[key] = None
+    return patch
