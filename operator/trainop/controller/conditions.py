@@ -181,7 +181,9 @@ def ray_cluster(
     ray: observe.RayJobObservation | None,
     problems: Sequence[observe.Problem],
     create_error: observe.Problem | None,
+    ray_job: str | None = None,
 ) -> Desired:
+    """RayClusterReady. ``ray_job``: the attempt's RayJob as the status names it (None: none is created)."""
     if ray is not None and ray.state == observe.AttemptState.RUNNING:
         return Desired(RAY_CLUSTER_READY, "True", "RayJobRunning", f"RayJob {ray.name} is running.")
     if ray is not None and ray.state == observe.AttemptState.INVALID:
@@ -198,12 +200,19 @@ def ray_cluster(
             shown = "; ".join(p.message for p in problems[:3])
             more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
             return Desired(RAY_CLUSTER_READY, "False", problems[0].reason, shown + more)
-        target = f"RayJob {ray.name}" if ray is not None else "the RayJob"
+        target = ray.name if ray is not None else ray_job
+        if target is None:
+            return Desired(
+                RAY_CLUSTER_READY,
+                "False",
+                "NoRayJob",
+                "No RayJob is created yet; the Running condition says what the job waits for.",
+            )
         return Desired(
             RAY_CLUSTER_READY,
             "False",
             "Provisioning",
-            f"Waiting for KubeRay to start the Ray cluster of {target}.",
+            f"Waiting for KubeRay to start the Ray cluster of RayJob {target}.",
         )
     return Desired(
         RAY_CLUSTER_READY, "False", phase.value, f"No Ray cluster runs while the phase is {phase.value}."

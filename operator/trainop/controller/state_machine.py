@@ -44,6 +44,13 @@ from trainop.api import manifest, operator_status, trainingjob
 from trainop.api.operator_status import MAX_FAILURE_HISTORY, Children, Failure, Phase
 from trainop.controller import acceptance, conditions, kinds, observe
 
+# Phases whose entry is announced with an Event: outcomes and what a user did or must look at. Entering
+# Pending or Provisioning is progress, which the status shows; an Event for it would be one more write per
+# job (and per attempt) saying what `kubectl get` already says.
+ANNOUNCED_PHASES = frozenset(
+    {Phase.RUNNING, Phase.RESTARTING, Phase.SUSPENDED, Phase.SUCCEEDED, Phase.FAILED}
+)
+
 
 @dataclasses.dataclass(frozen=True)
 class Observed:
@@ -432,7 +439,7 @@ class _Evaluation:
         self._set_conditions()
         phase = self.status.phase
         assert phase is not None
-        if phase != self.current.phase:
+        if phase != self.current.phase and phase in ANNOUNCED_PHASES:
             _, message = self._phase_note()
             kind = "Warning" if phase in (Phase.RESTARTING, Phase.FAILED) else "Normal"
             counts = f"{self.status.attempt}/{self.status.restarts}/{len(self.status.failures)}"
@@ -498,6 +505,7 @@ class _Evaluation:
                 self.ray,
                 [*(self.ray.problems if self.ray else ()), *self.observed.pod_problems],
                 errors.get("RayJob"),
+                self.status.children.ray_job if self.status.children else None,
             ),
             *conditions.phase(phase, *self._phase_note()),
         ]

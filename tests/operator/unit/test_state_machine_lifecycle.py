@@ -109,7 +109,7 @@ def test_resume_starts_a_new_attempt_that_is_not_counted_as_a_restart_and_resets
     assert transition.status.start_time == RFC(NOW)
     assert (transition.ray_job, transition.create_ray_job) == ("mlp-a3", True)
     assert transition.restarted is False
-    assert [e.reason for e in transition.events] == ["Resumed", "Pending"]
+    assert [e.reason for e in transition.events] == ["Resumed"]
 
 
 def test_a_job_created_suspended_creates_no_rayjob_and_starts_attempt_one_on_resume() -> None:
