@@ -34,6 +34,7 @@ class OperatorProcess:
         failpoints: str = "",
         kubeconfig: Path | None = None,
         wait: bool = True,
+        extra_args: Sequence[str] = (),
     ) -> None:
         """Start a fresh process (cluster-wide unless ``namespaces``; as the admin unless ``kubeconfig``);
         with ``wait``, until it is live."""
@@ -50,6 +51,7 @@ class OperatorProcess:
             f"--metrics-port={self.metrics_port}",
             "--log-format=full",
             *(f"--namespace={n}" for n in namespaces),
+            *extra_args,
         ]
         env = {**os.environ, "TRAINOP_FAILPOINTS": failpoints, "PYTHONUNBUFFERED": "1"}
         self.process = processes.ManagedProcess.start(
