@@ -38,6 +38,7 @@ import dataclasses
 import json
 import os
 import platform
+import shutil
 import ssl
 import statistics
 import subprocess
@@ -364,6 +365,7 @@ def run_one(
     workers: int,
     data_root: Path,
     profile: Path | None = None,
+    logs: Path | None = None,
 ) -> dict[str, Any]:
     load_at_start = os.getloadavg()
     plane, audit_log = start_plane(data_root)
@@ -409,6 +411,9 @@ def run_one(
             }
         finally:
             operator.stop()
+            if logs is not None:
+                logs.mkdir(parents=True, exist_ok=True)
+                shutil.copy(log_path, logs / f"{data_root.name}.log")
     finally:
         plane.stop()
     non_watch = {k: v for k, v in counts.items() if not k.startswith("watch ")}
@@ -454,6 +459,7 @@ def main() -> None:
         "--repeat", type=int, default=1, help="run every variant this many times, interleaved"
     )
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--logs", type=Path, help="keep each run's operator (or floor) log in this directory")
     parser.add_argument(
         "--profile", type=Path, help="a directory: run operators under cProfile, one stats file per run"
     )
@@ -475,6 +481,7 @@ def main() -> None:
                         workers=args.workers,
                         data_root=Path(tmp) / f"{variant.name}-{num_jobs}-{repeat}",
                         profile=profile,
+                        logs=args.logs,
                     )
                     print(
                         json.dumps({k: v for k, v in result.items() if k != "requests"}, indent=2), flush=True

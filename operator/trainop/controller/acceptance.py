@@ -62,15 +62,19 @@ def evaluate(body: Mapping[str, Any]) -> Acceptance:
     stored = (body.get("status") or {}).get("appliedSpec") or body.get("metadata", {}).get(
         "annotations", {}
     ).get(kinds.ANNOTATION_APPLIED_SPEC)
-    previous = _previous_spec(body, stored)
-    kept = None if previous is None else serialise(previous.to_wire())
     try:
         current = kinds.parse(body)
     except manifest.ManifestError as error:
+        previous = _previous_spec(body, stored)
         resource = None if previous is None else _with_spec(body, previous)
+        kept = None if previous is None else serialise(previous.to_wire())
         return Acceptance(kind=kind, resource=resource, errors=tuple(error.errors), accepted_spec=kept)
 
     current_wire = current.spec.to_wire()
+    serialised = serialise(current_wire)
+    if serialised == stored:  # the accepted spec, unchanged (nearly every reconcile): nothing to compare
+        return Acceptance(kind=kind, resource=current, accepted_spec=serialised)
+    previous = _previous_spec(body, stored)
     if previous is not None:
         previous_wire = previous.to_wire()
         refused = tuple(
@@ -79,10 +83,11 @@ def evaluate(body: Mapping[str, Any]) -> Acceptance:
             if (old := _at(previous_wire, path)) != (new := _at(current_wire, path))
         )
         if refused:
+            kept = serialise(previous_wire)
             return Acceptance(
                 kind=kind, resource=_with_spec(body, previous), refused=refused, accepted_spec=kept
             )
-    return Acceptance(kind=kind, resource=current, accepted_spec=serialise(current_wire))
+    return Acceptance(kind=kind, resource=current, accepted_spec=serialised)
 
 
 def serialise(spec_wire: Mapping[str, Any]) -> str:

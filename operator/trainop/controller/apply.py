@@ -1,9 +1,11 @@
 """Writing children: server-side apply where the operator keeps content in line, create-only where not.
 
 ==========================  ==================================================================
-ConfigMap, ServiceAccount,  server-side apply, field manager ``trainop``, forced: the apiserver
-Role, RoleBinding           sets what we apply, takes back fields someone else changed, and
+ServiceAccount, Role,       server-side apply, field manager ``trainop``, forced: the apiserver
+RoleBinding                 sets what we apply, takes back fields someone else changed, and
                             leaves fields other managers added alone -- no comparison of ours
+ConfigMap                   server-side apply as well, once per attempt (``reconcile`` decides:
+                            a running attempt's config never changes under it)
 PersistentVolumeClaim       create-only (storage is immutable; a claim of an earlier job of the
                             same name is used as it is: that is how a re-created job resumes), and
                             adopted (our owner reference applied) when deleteWithJob asks for it
@@ -31,11 +33,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from trainop.controller import cache, failpoints, kube
-
-#: Children whose content the operator keeps in line with server-side apply.
-SERVER_SIDE_APPLIED = frozenset({"ConfigMap", "ServiceAccount", "Role", "RoleBinding"})
-#: Children created once and never changed by the operator.
-CREATE_ONLY = frozenset({"PersistentVolumeClaim", "RayJob"})
 
 
 class ChildBeingDeleted(Exception):

@@ -26,6 +26,7 @@ import kopf
 from trainop.api import base
 from trainop.controller import cache, engine, kinds
 
+# Every handler is a coroutine: kopf runs plain functions in a thread pool, a thread hand-off per event.
 # (group, version, plural) of the children the operator watches, the cache index each one fills, and
 # whether the watch takes only the operator's own (labelled) objects.
 CHILD_RESOURCES: tuple[tuple[str, str, str, str, bool], ...] = (
@@ -67,7 +68,7 @@ def _register_child(
 ) -> None:
     index_function = cache.INDEX_FUNCTIONS[index_id]
 
-    def index(body: kopf.Body, **_: Any) -> Mapping[Any, Any] | None:
+    async def index(body: kopf.Body, **_: Any) -> Mapping[Any, Any] | None:
         return index_function(body)
 
     async def child_event(body: kopf.Body, **kwargs: Any) -> None:
@@ -83,7 +84,7 @@ def _register_owner(registry: kopf.OperatorRegistry, runtime: engine.Engine, kin
         _bind(runtime, kwargs)
         runtime.owner_event(kind, event.get("type"), body)
 
-    def claims(body: kopf.Body, **_: Any) -> Mapping[Any, Any] | None:
+    async def claims(body: kopf.Body, **_: Any) -> Mapping[Any, Any] | None:
         return cache.index_owner_claims(body)
 
     selector = (base.GROUP, base.VERSION, kind.plural)

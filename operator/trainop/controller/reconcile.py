@@ -30,10 +30,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
+import enum
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from trainop.api import manifest
 from trainop.api.operator_status import Phase
 from trainop.controller import (
     acceptance,
@@ -46,6 +48,7 @@ from trainop.controller import (
     kube,
     observe,
     own_writes,
+    rayjob,
     state_machine,
 )
 
@@ -198,22 +201,18 @@ class Reconciler:
         errors: dict[str, observe.Problem] = {}
         try:
             if resource is not None and owner_uid is not None and transition.apply_children:
-                manifests = children.desired_children(
-                    resource, transition.status.attempt, include_ray_job=transition.create_ray_job
-                )
+                writes = self._needed_writes(key, resource, transition, read)
                 for wave in CREATION_WAVES:
-                    batch = [m for m in manifests if m["kind"] in wave]
+                    batch = [(m, how) for m, how in writes if m["kind"] in wave]
                     outcomes = await asyncio.gather(
-                        *(self._write(key, m, transition, read, errors) for m in batch),
-                        return_exceptions=True,
+                        *(self._write(key, m, how, errors) for m, how in batch), return_exceptions=True
                     )
-                    writes = []
+                    done = []
                     for outcome in outcomes:
                         if isinstance(outcome, BaseException):
                             raise outcome
-                        if outcome is not None:
-                            writes.append(outcome)
-                    if any(w.kind == "RayJob" and w.written == apply.Written.CREATED for w in writes):
+                        done.append(outcome)
+                    if any(w.kind == "RayJob" and w.written == apply.Written.CREATED for w in done):
                         failpoints.hit("ray-job-created")
             if owner_uid is not None:
                 await apply.prune_ray_jobs(
@@ -225,55 +224,76 @@ class Reconciler:
                 if errors:
                     log.warning("%s: %s", key, "; ".join(p.message for p in errors.values()))
 
-    async def _write(
+    def _needed_writes(
         self,
         key: OwnerKey,
-        manifest: Mapping[str, Any],
+        resource: manifest.Resource,
         transition: state_machine.Transition,
         read: _Read,
-        errors: dict[str, observe.Problem],
-    ) -> apply.Write | None:
-        """One child, when the cache says it needs a write; None when it does not."""
+    ) -> list[tuple[dict[str, Any], Write]]:
+        """The children this reconcile must write, and how; built only when needed (the ConfigMap holds
+        the rendered trainer config, the RayJob the whole pod spec)."""
+        writes: list[tuple[dict[str, Any], Write]] = []
+        claim = children.desired_pvc(resource)
+        if claim is not None and read.claim is None:
+            writes.append((claim, Write.CREATE))
+        elif claim is not None and transition.adopt_claim:
+            writes.append((claim, Write.ADOPT))
+        attempt = transition.status.attempt
+        config_name = kinds.kind_of(resource).config_map_name(key.name)
+        config = [
+            s for s in self._cache.object("ConfigMap", key.namespace, config_name) if not s.being_deleted
+        ]
+        # Written once per attempt: a running attempt's config never changes under it.
+        if not (
+            config
+            and config[0].attempt == str(attempt)
+            and config[0].ownership(read.owner_uid) == observe.Ownership.THIS
+        ):
+            writes.append((children.desired_configmap(resource, attempt), Write.APPLY))
+        for child in children.desired_rbac(resource):
+            name = child["metadata"]["name"]
+            seen = [s for s in self._cache.object(child["kind"], key.namespace, name) if not s.being_deleted]
+            if not seen or not self.own_writes.current(
+                key,
+                child["kind"],
+                name,
+                resource_version=seen[0].resource_version,
+                fingerprint=apply.fingerprint(child),
+            ):
+                writes.append((child, Write.APPLY))
+        if transition.create_ray_job and transition.ray_job not in {r.seen.name for r in read.ray_jobs}:
+            writes.append((rayjob.desired_rayjob(resource, attempt), Write.CREATE))
+        return writes
+
+    async def _write(
+        self, key: OwnerKey, manifest: Mapping[str, Any], how: Write, errors: dict[str, observe.Problem]
+    ) -> apply.Write:
         kind, name = manifest["kind"], manifest["metadata"]["name"]
         try:
-            if kind == "PersistentVolumeClaim":
-                if read.claim is None:
-                    write = await apply.create(self._kube, manifest)
-                elif transition.adopt_claim:
-                    write = await apply.adopt(self._kube, manifest)
-                else:
-                    return None
-            elif kind == "RayJob":
-                if any(r.seen.name == name for r in read.ray_jobs):
-                    return None
+            if how == Write.CREATE:
                 write = await apply.create(self._kube, manifest)
+            elif how == Write.ADOPT:
+                write = await apply.adopt(self._kube, manifest)
             else:
-                fingerprint = apply.fingerprint(manifest)
-                seen = [s for s in self._cache.object(kind, key.namespace, name) if not s.being_deleted]
-                if kind == "ConfigMap":
-                    # Written once per attempt: a running attempt's config never changes under it.
-                    attempt = str(transition.status.attempt)
-                    if (
-                        seen
-                        and seen[0].attempt == attempt
-                        and seen[0].ownership(read.owner_uid) == observe.Ownership.THIS
-                    ):
-                        return None
-                elif seen and self.own_writes.current(
-                    key, kind, name, resource_version=seen[0].resource_version, fingerprint=fingerprint
-                ):
-                    return None
                 write = await apply.server_side_apply(self._kube, manifest)
-                self.own_writes.record(
-                    key, kind, name, own_writes.Record(write.uid, write.resource_version, fingerprint)
-                )
-                return write
         except kube.ApiError as error:
             if error.status in (403, 404, 422):  # quota, admission, no KubeRay: a user can act
                 errors[kind] = _create_problem(manifest, error)
             raise
-        self.own_writes.record(key, kind, name, own_writes.Record(write.uid, write.resource_version))
+        fingerprint = apply.fingerprint(manifest) if how == Write.APPLY else ""
+        self.own_writes.record(
+            key, kind, name, own_writes.Record(write.uid, write.resource_version, fingerprint)
+        )
         return write
+
+
+class Write(enum.Enum):
+    """How a child is written (see ``apply``)."""
+
+    CREATE = "create"
+    APPLY = "apply"
+    ADOPT = "adopt"
 
 
 def _create_problem(manifest: Mapping[str, Any], error: kube.ApiError) -> observe.Problem:
