@@ -73,7 +73,7 @@ async def create(client: kube.Kube, manifest: Mapping[str, Any]) -> Write:
     try:
         created = await client.create(kube.BY_KIND[kind], manifest["metadata"]["namespace"], manifest)
     except kube.ApiError as error:
-        if error.status != 409:
+        if error.status != 409 or error.reason != "AlreadyExists":  # another 409 is a conflict: retried
             raise
         return Write(kind, name, Written.EXISTED)
     return Write(kind, name, Written.CREATED, created)

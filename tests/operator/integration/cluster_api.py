@@ -77,6 +77,16 @@ class ApiError(Exception):
         self.body = body
 
 
+def user_claim(name: str) -> dict[str, Any]:
+    """A claim as a user creates it: no label or owner reference of the operator's."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+
+
 def contains(stored: Any, desired: Any) -> bool:
     """Whether ``stored`` has every field of ``desired`` (the apiserver adds defaults; lists match item by
     item): a stored child that still holds all we sent was not pruned by its schema."""

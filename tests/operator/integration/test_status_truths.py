@@ -18,7 +18,7 @@ from typing import Any
 import operator_factories as factories
 import pytest
 import yaml
-from cluster_api import Api, wait_for
+from cluster_api import Api, user_claim, wait_for
 from operator_process import OperatorProcess
 
 from tests.controlplane import cluster
@@ -36,16 +36,6 @@ def status(api: Api, namespace: str, name: str = "mlp") -> dict[str, Any]:
 
 def condition(found: dict[str, Any], type_: str) -> dict[str, Any]:
     return {c["type"]: c for c in found.get("conditions") or []}.get(type_, {})
-
-
-def user_claim(name: str) -> dict[str, Any]:
-    """A claim as a user creates it: no label or owner of the operator's."""
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": name},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
-    }
 
 
 class Recorder:

@@ -9,7 +9,7 @@ from typing import Any
 import operator_factories as factories
 import pytest
 import yaml
-from cluster_api import Api, ApiError, contains, wait_for
+from cluster_api import Api, ApiError, contains, user_claim, wait_for
 
 from tests.controlplane import cluster
 from trainop.api import trainer_config
@@ -37,16 +37,6 @@ def wait_phase(
         timeout_s=timeout_s,
         what=f"phase {phase}",
     )
-
-
-def claim(name: str) -> dict[str, Any]:
-    """A claim as a user would create it: no label or owner of the operator's."""
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": name},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
-    }
 
 
 def ray_job_names(api: Api, namespace: str, owner: str = "mlp") -> list[str]:
@@ -240,7 +230,7 @@ def test_every_example_reconciles_into_a_rayjob_the_kuberay_schema_stores_unprun
     owner = yaml.safe_load(path.read_text())
     existing = kinds.existing_claim_of(owner)
     if existing:  # the example's data lives on a claim of the user's, which must exist before any pod
-        api.create(api.core(namespace, "persistentvolumeclaims"), claim(existing))
+        api.create(api.core(namespace, "persistentvolumeclaims"), user_claim(existing))
     control_plane.kubectl("apply", "-n", namespace, "-f", str(path))
     kind = kinds.BY_KIND[owner["kind"]]
     name = kind.ray_job_name(owner["metadata"]["name"], 1)
