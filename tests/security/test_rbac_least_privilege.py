@@ -31,7 +31,7 @@ OPERATOR_MAY: set[Permission] = {
     *(
         (g, r, v)
         for g, r in [("trainop.dev", o) for o in _OWNERS]
-        for v in ("get", "list", "watch", "delete")
+        for v in ("get", "list", "watch", "patch", "delete")
     ),
     *(("trainop.dev", f"{o}/status", v) for o in _OWNERS for v in ("get", "patch")),
     *(("trainop.dev", f"{o}/finalizers", "update") for o in _OWNERS),
@@ -39,7 +39,8 @@ OPERATOR_MAY: set[Permission] = {
     *(("ray.io", "rayclusters", v) for v in ("list", "watch")),
     *(("", "persistentvolumeclaims", v) for v in ("list", "watch", "create", "patch")),
     *(("", "pods", v) for v in ("list", "watch")),
-    *(("", r, v) for r in ("configmaps", "serviceaccounts") for v in ("list", "watch", "create", "patch")),
+    *(("", "configmaps", v) for v in ("get", "create", "patch")),
+    *(("", "serviceaccounts", v) for v in ("list", "watch", "create", "patch")),
     *(
         ("rbac.authorization.k8s.io", r, v)
         for r in ("roles", "rolebindings")

@@ -10,11 +10,11 @@ per watched namespace (one RoleBinding per namespace to the same ClusterRole).
 */}}
 
 {{- define "trainop.rbac.namespacedRules" -}}
-# The API objects: kopf watches them; the operator reads one before reconciling it, and deletes it once
-# spec.ttlSecondsAfterFinished has passed.
+# The API objects: kopf watches them; the operator reads one before reconciling it, patches its
+# trainop.dev/applied-spec annotation, and deletes it once spec.ttlSecondsAfterFinished has passed.
 - apiGroups: ["trainop.dev"]
   resources: ["trainingjobs", "tuningsweeps"]
-  verbs: ["get", "list", "watch", "delete"]
+  verbs: ["get", "list", "watch", "patch", "delete"]
 # Status subresource: the operator writes phase, conditions, attempts. It also creates each job's Role
 # granting get+patch on that one job's status (for the trainer's rank 0); RBAC allows that without the
 # escalate verb only because the operator holds both verbs itself.
@@ -39,10 +39,15 @@ per watched namespace (one RoleBinding per namespace to the same ClusterRole).
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["list", "watch", "create", "patch"]
-# Per-job children kept in line with the spec by server-side apply, and watched: the trainer's config,
-# the job's ServiceAccount, and its Role and RoleBinding.
+# The trainer's config: server-side applied once per attempt, read on a job's first reconcile (not
+# watched: that would take list on every ConfigMap of the cluster).
 - apiGroups: [""]
-  resources: ["configmaps", "serviceaccounts"]
+  resources: ["configmaps"]
+  verbs: ["get", "create", "patch"]
+# Per-job children kept in line with the spec by server-side apply, and watched: the job's
+# ServiceAccount, and its Role and RoleBinding.
+- apiGroups: [""]
+  resources: ["serviceaccounts"]
   verbs: ["list", "watch", "create", "patch"]
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]

@@ -72,11 +72,6 @@ class OperatorStatus(base.ApiModel):
     start_time: str | None = None
     completion_time: str | None = None
     next_restart_time: str | None = None
-    applied_spec: str | None = pydantic.Field(
-        default=None,
-        description="The spec the operator accepted and runs (JSON). A change of an immutable field, or an "
-        "invalid edit, is refused against it and the job keeps running with it.",
-    )
 
     @classmethod
     def operator_keys(cls) -> frozenset[str]:

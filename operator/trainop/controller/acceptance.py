@@ -4,18 +4,17 @@ The apiserver's CRD schema admits objects that the pydantic models refuse (cross
 CEL twin), and it cannot compare a new spec with the old one. Both checks happen here, purely:
 
 - the current spec is re-validated with ``manifest.parse_object``; errors name the field;
-- the spec the operator last accepted lives in the owner's ``status.appliedSpec`` (wire JSON), written
-  with the rest of the operator's status, in the same request. (Operators before it kept it in the
-  ``trainop.dev/applied-spec`` annotation, which is still read when the status has none.) A change to any
-  of the kind's immutable fields is refused: the old spec keeps running and the conditions say which
-  field changed and how to undo it;
+- the spec the operator last accepted lives in the owner's ``trainop.dev/applied-spec`` annotation
+  (wire JSON). Not in its status: the spec's values (``network.ncclEnv`` among them) must not be copied
+  into status (tests/security). A change to any of the kind's immutable fields is refused: the old spec
+  keeps running and the conditions say which field changed and how to undo it;
 - an invalid edit of a job that already runs is refused the same way (the job keeps its accepted spec);
   an invalid spec that was never accepted fails the job (InvalidSpec).
 
 Mutable changes are accepted at once but reach the trainer only with the next attempt (a RayJob's spec
 is fixed for its lifetime; see docs/operator.md).
 
-This module must not talk to the API; it returns what to record, the state machine records it.
+This module must not talk to the API; it returns what to write, the caller writes it.
 """
 
 from __future__ import annotations
@@ -49,8 +48,8 @@ class Acceptance:
     resource: manifest.Resource | None
     errors: tuple[manifest.FieldError, ...] = ()
     refused: tuple[RefusedChange, ...] = ()
-    # The accepted spec as ``status.appliedSpec`` records it (the spec of ``resource``; None with it).
-    accepted_spec: str | None = None
+    # The annotation value to write, when it differs from the stored one (None: leave it alone).
+    applied_spec: str | None = None
 
     @property
     def keeps_previous_spec(self) -> bool:
@@ -59,21 +58,18 @@ class Acceptance:
 
 def evaluate(body: Mapping[str, Any]) -> Acceptance:
     kind = kinds.BY_KIND[str(body.get("kind"))]
-    stored = (body.get("status") or {}).get("appliedSpec") or body.get("metadata", {}).get(
-        "annotations", {}
-    ).get(kinds.ANNOTATION_APPLIED_SPEC)
+    stored = body.get("metadata", {}).get("annotations", {}).get(kinds.ANNOTATION_APPLIED_SPEC)
     try:
         current = kinds.parse(body)
     except manifest.ManifestError as error:
         previous = _previous_spec(body, stored)
         resource = None if previous is None else _with_spec(body, previous)
-        kept = None if previous is None else serialise(previous.to_wire())
-        return Acceptance(kind=kind, resource=resource, errors=tuple(error.errors), accepted_spec=kept)
+        return Acceptance(kind=kind, resource=resource, errors=tuple(error.errors))
 
     current_wire = current.spec.to_wire()
     serialised = serialise(current_wire)
     if serialised == stored:  # the accepted spec, unchanged (nearly every reconcile): nothing to compare
-        return Acceptance(kind=kind, resource=current, accepted_spec=serialised)
+        return Acceptance(kind=kind, resource=current)
     previous = _previous_spec(body, stored)
     if previous is not None:
         previous_wire = previous.to_wire()
@@ -83,11 +79,8 @@ def evaluate(body: Mapping[str, Any]) -> Acceptance:
             if (old := _at(previous_wire, path)) != (new := _at(current_wire, path))
         )
         if refused:
-            kept = serialise(previous_wire)
-            return Acceptance(
-                kind=kind, resource=_with_spec(body, previous), refused=refused, accepted_spec=kept
-            )
-    return Acceptance(kind=kind, resource=current, accepted_spec=serialised)
+            return Acceptance(kind=kind, resource=_with_spec(body, previous), refused=refused)
+    return Acceptance(kind=kind, resource=current, applied_spec=serialised)
 
 
 def serialise(spec_wire: Mapping[str, Any]) -> str:

@@ -14,6 +14,9 @@ guarantee is why the children live in kopf indexes.
 **Slim records, not bodies.** Each index keeps only what a reconcile needs (``Seen`` and an observation
 from ``observe``): a thousand jobs' children as whole bodies would be hundreds of megabytes of dicts.
 
+The trainer's ConfigMap is not watched: that would take ``list`` on every ConfigMap of the cluster,
+which the operator must not hold. ``reconcile`` reads it, once per owner and operator process.
+
 **Where the cache is not trusted.** A watch is a little behind the apiserver, so a reconcile can see a
 child it just deleted or miss one it just created. Every write that acts on the cache is safe against
 that: a create of a child the cache missed answers 409 and counts as done (its ADDED event follows and
@@ -42,7 +45,7 @@ RAY_JOBS = "trainop_rayjobs"
 RAY_CLUSTERS = "trainop_rayclusters"
 CLAIMS = "trainop_claims"
 PODS = "trainop_pods"
-OBJECTS = "trainop_objects"  # ConfigMaps, ServiceAccounts, Roles, RoleBindings (server-side applied)
+OBJECTS = "trainop_objects"  # ServiceAccounts, Roles, RoleBindings (server-side applied)
 OWNERS_BY_CLAIM = "trainop_owners_by_claim"
 INDEX_IDS = (RAY_JOBS, RAY_CLUSTERS, CLAIMS, PODS, OBJECTS, OWNERS_BY_CLAIM)
 
@@ -57,7 +60,6 @@ class Seen:
     resource_version: str
     owner_uids: tuple[str, ...] = ()
     being_deleted: bool = False
-    attempt: str = ""  # the trainop.dev/attempt annotation (a ConfigMap: the attempt it was written for)
 
     def ownership(self, owner_uid: str) -> observe.Ownership:
         if not self.owner_uids:
@@ -96,7 +98,6 @@ def seen(body: Mapping[str, Any]) -> Seen:
         resource_version=str(meta.get("resourceVersion") or ""),
         owner_uids=tuple(str(r.get("uid")) for r in meta.get("ownerReferences") or ()),
         being_deleted=bool(meta.get("deletionTimestamp")),
-        attempt=str((meta.get("annotations") or {}).get(kinds.ANNOTATION_ATTEMPT) or ""),
     )
 
 
@@ -222,7 +223,7 @@ class Cache:
         return tuple(problem for _, problems in sorted(pods, key=lambda p: p[0]) for problem in problems)
 
     def object(self, kind: str, namespace: str, name: str) -> list[Seen]:
-        """A server-side applied child (ConfigMap, ServiceAccount, Role, RoleBinding) by name."""
+        """A server-side applied child (ServiceAccount, Role, RoleBinding) by name."""
         return self._get(OBJECTS, (kind, namespace, name))
 
     def owners_of_claim(self, namespace: str, claim: str) -> list[tuple[str, str]]:

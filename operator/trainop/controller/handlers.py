@@ -6,10 +6,11 @@ Watched resources, all with ``kopf.index`` (what a reconcile reads, see ``cache`
 finalizers: deleting an owner is plain garbage collection:
 
 - trainingjobs and tuningsweeps (trainop.dev/v1alpha1): every object; indexed by the claims they use;
-- rayjobs and rayclusters (ray.io/v1), pods, configmaps and serviceaccounts (v1), roles and rolebindings
+- rayjobs and rayclusters (ray.io/v1), pods and serviceaccounts (v1), roles and rolebindings
   (rbac.authorization.k8s.io/v1): only objects labelled ``app.kubernetes.io/managed-by=trainop``,
   filtered server-side (``settings.watching.label_selectors``), so the operator never streams every pod
-  of the cluster;
+  of the cluster. Not ConfigMaps: watching them needs ``list`` on every ConfigMap of the cluster, which
+  the operator must not hold (tests/security); see ``reconcile`` for how the trainer's config is kept;
 - persistentvolumeclaims (v1): every claim, since an ``existingClaim`` is the user's and has no label.
 
 A liveness probe reports the work queue and fails when a worker task died. This module must not
@@ -34,7 +35,6 @@ CHILD_RESOURCES: tuple[tuple[str, str, str, str, bool], ...] = (
     ("ray.io", "v1", "rayclusters", cache.RAY_CLUSTERS, True),
     ("", "v1", "persistentvolumeclaims", cache.CLAIMS, False),
     ("", "v1", "pods", cache.PODS, True),
-    ("", "v1", "configmaps", cache.OBJECTS, True),
     ("", "v1", "serviceaccounts", cache.OBJECTS, True),
     ("rbac.authorization.k8s.io", "v1", "roles", cache.OBJECTS, True),
     ("rbac.authorization.k8s.io", "v1", "rolebindings", cache.OBJECTS, True),

@@ -25,7 +25,8 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "trainop"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_ATTEMPT = "trainop.dev/attempt"
-# Where operators before status.appliedSpec kept the accepted spec; read when the status has none.
+# The spec the operator last accepted (JSON, wire form): what the running children were built from.
+# Immutable-field changes are detected against it, and the job keeps running with it when refused.
 ANNOTATION_APPLIED_SPEC = "trainop.dev/applied-spec"
 # On the ConfigMap: the attempt its config was rendered for (it is rewritten only for a new attempt).
 ANNOTATION_ATTEMPT = "trainop.dev/attempt"

@@ -4,7 +4,8 @@ For every child it created or applied, the reconcile records (uid, resourceVersi
 fingerprint of what was written). Two questions are answered from that record and the cache:
 
 - **Does a server-side applied child need a write?** Not while the cache shows the very version we wrote
-  and the desired manifest is the one we applied. Any other version means someone else changed it (or we
+  and the desired manifest is the one we applied (for the ConfigMap, which is not watched: not while it
+  was written for the current attempt). Any other version means someone else changed it (or we
   never applied it in this process: after a start, each child is applied once), and server-side apply
   puts our fields back; there is no comparison of contents anywhere.
 - **Is a watch event our own write coming back?** Then it queues no reconcile: the reconcile that wrote
@@ -48,6 +49,9 @@ class OwnWrites:
             and written.resource_version == resource_version
             and written.fingerprint == fingerprint
         )
+
+    def get(self, owner: Hashable, kind: str, name: str) -> Record | None:
+        return self._owners.get(owner, {}).get((kind, name))
 
     def is_echo(self, owner: Hashable, kind: str, name: str, *, uid: str, resource_version: str) -> bool:
         written = self._owners.get(owner, {}).get((kind, name))

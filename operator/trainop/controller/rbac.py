@@ -14,11 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 OPERATOR_RULES: list[dict[str, Any]] = [
-    # Owners: watched (and read fresh before each reconcile); deleted after ttlSecondsAfterFinished.
+    # Owners: watched (and read fresh before each reconcile); the applied-spec annotation patched;
+    # deleted after ttlSecondsAfterFinished.
     {
         "apiGroups": ["trainop.dev"],
         "resources": ["trainingjobs", "tuningsweeps"],
-        "verbs": ["get", "list", "watch", "delete"],
+        "verbs": ["get", "list", "watch", "patch", "delete"],
     },
     # The operator-owned status fields (and what the trainer's Role grants, which needs them held).
     {
@@ -45,12 +46,11 @@ OPERATOR_RULES: list[dict[str, Any]] = [
     },
     # Ray pods of a starting attempt: image pull and scheduling problems become conditions.
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
-    # The trainer's config and identity, and its Role and binding: server-side applied, watched.
-    {
-        "apiGroups": [""],
-        "resources": ["configmaps", "serviceaccounts"],
-        "verbs": ["list", "watch", "create", "patch"],
-    },
+    # The trainer's config: server-side applied once per attempt; read (not watched: listing every
+    # ConfigMap of the cluster is more than the operator may do) on an owner's first reconcile.
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]},
+    # The trainer's identity, Role and binding: server-side applied, watched.
+    {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["list", "watch", "create", "patch"]},
     {
         "apiGroups": ["rbac.authorization.k8s.io"],
         "resources": ["roles", "rolebindings"],

@@ -1,18 +1,21 @@
 """One reconcile of one owner: read, decide (pure), write -- in that order, and writes in a fixed order.
 
 1. Read the owner fresh from the API (its status is the record of intent this reconcile extends), and its
-   children from the watch-fed ``cache`` (no request): its RayJobs, its checkpoint claim and, while an
-   attempt is starting, that attempt's Ray pods and RayCluster.
+   children from the watch-fed ``cache`` (no request): its RayJobs, its checkpoint claim, its
+   ServiceAccount, Role and RoleBinding and, while an attempt is starting, that attempt's Ray pods and
+   RayCluster.
 2. Decide: ``acceptance.evaluate`` (which spec to run) and ``state_machine.next_status``.
 3. Write:
-   a. Events for phase transitions and new problems (before b: see ``events``);
-   b. the operator-owned status fields (the accepted spec among them), as a JSON merge patch computed
-      against what was read, so the trainer's fields (progress, checkpoint, network) are never part of it;
-   c. the children in ``CREATION_WAVES`` (claim, ConfigMap, ServiceAccount and Role concurrently, then
+   a. the accepted spec into the owner's ``trainop.dev/applied-spec`` annotation, when it changed;
+   b. Events for phase transitions and new problems (before c: see ``events``);
+   c. the operator-owned status fields, as a JSON merge patch computed against what was read, so the
+      trainer's fields (progress, checkpoint, network) are never part of it;
+   d. the children in ``CREATION_WAVES`` (claim, ConfigMap, ServiceAccount and Role concurrently, then
       the RoleBinding), then the attempt's RayJob; RayJobs of other attempts are deleted; or, after
       ttlSecondsAfterFinished, the owner itself. A child is written only when the cache says it must be:
       a create-only child that is not there; the ConfigMap when it was not written for this attempt
-      (a running attempt's config never changes under it: mutable spec changes reach the next one);
+      (a running attempt's config never changes under it: mutable spec changes reach the next one; it
+      is not watched, so an owner's first reconcile in a process reads it: the one child read);
       ServiceAccount, Role and RoleBinding when they are not the version this process applied from the
       same manifest (``own_writes``).
 
@@ -92,6 +95,7 @@ class _Read:
     """What a reconcile took from the cache besides the observations: the records its writes act on."""
 
     owner_uid: str
+    stored_attempt: int
     observed: state_machine.Observed
     ray_jobs: list[cache.RayJobRecord]
     claim: cache.ClaimRecord | None
@@ -122,6 +126,13 @@ class Reconciler:
         current = kind.operator_status.from_stored(body.get("status"))
         transition = state_machine.next_status(verdict, current, read.observed)
 
+        if verdict.applied_spec is not None:
+            await self._kube.patch(
+                resource_api,
+                key.namespace,
+                key.name,
+                {"metadata": {"annotations": {kinds.ANNOTATION_APPLIED_SPEC: verdict.applied_spec}}},
+            )
         # Events first: their names are deterministic, so a repeat after a crash is a no-op (409).
         await events.post(self._kube, body, transition.events, now=observe.format_time(read.observed.now))
         patch = transition.status.merge_patch_from(body.get("status"))
@@ -155,7 +166,6 @@ class Reconciler:
             }
         claim = self._cache.claim(key.namespace, claim_name) if claim_name else None
         applied = {
-            "ConfigMap": kind.config_map_name(key.name),
             "ServiceAccount": kind.service_account_name(key.name),
             "Role": kind.role_name(key.name),
             "RoleBinding": kind.role_name(key.name),
@@ -177,7 +187,7 @@ class Reconciler:
             foreign_ray_jobs=frozenset(r.seen.name for r in ray_jobs if owner_uid not in r.seen.owner_uids),
             leftovers=tuple(leftovers),
         )
-        return _Read(owner_uid, observed, ray_jobs, claim)
+        return _Read(owner_uid, attempt, observed, ray_jobs, claim)
 
     def _with_cluster_problems(
         self, namespace: str, ray: observe.RayJobObservation
@@ -201,7 +211,7 @@ class Reconciler:
         errors: dict[str, observe.Problem] = {}
         try:
             if resource is not None and owner_uid is not None and transition.apply_children:
-                writes = self._needed_writes(key, resource, transition, read)
+                writes = await self._needed_writes(key, resource, transition, read)
                 for wave in CREATION_WAVES:
                     batch = [(m, how) for m, how in writes if m["kind"] in wave]
                     outcomes = await asyncio.gather(
@@ -224,7 +234,37 @@ class Reconciler:
                 if errors:
                     log.warning("%s: %s", key, "; ".join(p.message for p in errors.values()))
 
-    def _needed_writes(
+    async def _config_written(
+        self, key: OwnerKey, resource: manifest.Resource, attempt: int, stored_attempt: int, owner_uid: str
+    ) -> bool:
+        """Whether the trainer's ConfigMap was written for this attempt: it is written once per attempt, so a
+        running attempt's config never changes under it (spec changes reach the next attempt).
+
+        ConfigMaps are not watched (``handlers``): what this process applied is remembered; the first
+        reconcile of an owner in a process reads it instead -- the one read of a child a reconcile makes.
+        """
+        name = kinds.kind_of(resource).config_map_name(key.name)
+        marker = f"attempt {attempt}"
+        written = self.own_writes.get(key, "ConfigMap", name)
+        if written is not None:
+            return written.fingerprint == marker
+        if attempt != stored_attempt:  # an attempt this reconcile starts: its config is not written yet
+            return False
+        stored = await self._kube.get(kube.CONFIG_MAPS, key.namespace, name)
+        meta = (stored or {}).get("metadata") or {}
+        if (
+            stored is None
+            or meta.get("deletionTimestamp")
+            or (meta.get("annotations") or {}).get(kinds.ANNOTATION_ATTEMPT) != str(attempt)
+            or owner_uid not in [r.get("uid") for r in meta.get("ownerReferences") or ()]
+        ):
+            return False
+        self.own_writes.record(
+            key, "ConfigMap", name, own_writes.Record(meta["uid"], meta["resourceVersion"], marker)
+        )
+        return True
+
+    async def _needed_writes(
         self,
         key: OwnerKey,
         resource: manifest.Resource,
@@ -240,16 +280,7 @@ class Reconciler:
         elif claim is not None and transition.adopt_claim:
             writes.append((claim, Write.ADOPT))
         attempt = transition.status.attempt
-        config_name = kinds.kind_of(resource).config_map_name(key.name)
-        config = [
-            s for s in self._cache.object("ConfigMap", key.namespace, config_name) if not s.being_deleted
-        ]
-        # Written once per attempt: a running attempt's config never changes under it.
-        if not (
-            config
-            and config[0].attempt == str(attempt)
-            and config[0].ownership(read.owner_uid) == observe.Ownership.THIS
-        ):
+        if not await self._config_written(key, resource, attempt, read.stored_attempt, read.owner_uid):
             writes.append((children.desired_configmap(resource, attempt), Write.APPLY))
         for child in children.desired_rbac(resource):
             name = child["metadata"]["name"]
@@ -281,7 +312,10 @@ class Reconciler:
             if error.status in (403, 404, 422):  # quota, admission, no KubeRay: a user can act
                 errors[kind] = _create_problem(manifest, error)
             raise
-        fingerprint = apply.fingerprint(manifest) if how == Write.APPLY else ""
+        if kind == "ConfigMap":
+            fingerprint = f"attempt {manifest['metadata']['annotations'][kinds.ANNOTATION_ATTEMPT]}"
+        else:
+            fingerprint = apply.fingerprint(manifest) if how == Write.APPLY else ""
         self.own_writes.record(
             key, kind, name, own_writes.Record(write.uid, write.resource_version, fingerprint)
         )

@@ -434,8 +434,6 @@ class _Evaluation:
     ) -> Transition:
         if self.status.phase in (Phase.RESTARTING, Phase.SUSPENDED):
             self.status.children = _with_ray_job(self.status.children, None)
-        if self.verdict.accepted_spec is not None:
-            self.status.applied_spec = self.verdict.accepted_spec
         self._set_conditions()
         phase = self.status.phase
         assert phase is not None

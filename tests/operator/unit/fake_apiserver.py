@@ -181,7 +181,6 @@ class Watches:
             "RayCluster": cache.index_ray_cluster,
             "PersistentVolumeClaim": cache.index_claim,
             "Pod": cache.index_pod,
-            "ConfigMap": cache.index_object,
             "ServiceAccount": cache.index_object,
             "Role": cache.index_object,
             "RoleBinding": cache.index_object,

@@ -44,11 +44,12 @@ def ray_job(
 
 
 def accepted(body: dict[str, Any]) -> dict[str, Any]:
-    """The body as it is after the operator accepted its spec (``status.appliedSpec`` written)."""
+    """The body as it is after the operator accepted its spec (the applied-spec annotation written)."""
     verdict = acceptance.evaluate(body)
     assert verdict.resource is not None and not verdict.refused
     applied = acceptance.serialise(verdict.resource.spec.to_wire())
-    return {**body, "status": {**(body.get("status") or {}), "appliedSpec": applied}}
+    annotations = {**body["metadata"].get("annotations", {}), "trainop.dev/applied-spec": applied}
+    return {**body, "metadata": {**body["metadata"], "annotations": annotations}}
 
 
 def decide(

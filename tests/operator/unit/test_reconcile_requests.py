@@ -77,12 +77,13 @@ async def test_a_new_job_writes_its_status_then_its_children_in_waves_and_the_ra
     writes = await operator.reconcile()
     # The owner is read fresh; the children are not read at all (the watches hold them).
     assert [str(r) for r in fake.requests if r.verb in ("get", "list")] == ["get TrainingJob mlp"]
-    assert writes[0] == "patch-status TrainingJob mlp"  # the record of intent comes first
-    assert set(writes[1:5]) == FIRST_WAVE
-    assert writes[5:] == ["apply RoleBinding mlp-trainer", "create RayJob mlp-a1"]
+    # The accepted spec, then the record of intent, come first.
+    assert writes[:2] == ["patch TrainingJob mlp", "patch-status TrainingJob mlp"]
+    assert set(writes[2:6]) == FIRST_WAVE
+    assert writes[6:] == ["apply RoleBinding mlp-trainer", "create RayJob mlp-a1"]
     owner = fake.get_object("TrainingJob", "mlp")
     assert owner is not None and owner["status"]["children"]["rayJob"] == "mlp-a1"
-    assert owner["status"]["appliedSpec"]  # the accepted spec, in the same write
+    assert owner["metadata"]["annotations"][kinds.ANNOTATION_APPLIED_SPEC]
 
 
 async def test_a_reconcile_that_finds_everything_in_place_reads_the_owner_and_writes_nothing(
@@ -105,7 +106,13 @@ async def test_a_restarted_operator_applies_the_rbac_children_once_and_leaves_th
         "apply RoleBinding mlp-trainer",
         "apply ServiceAccount mlp-trainer",
     ]
+    # The ConfigMap is not watched: read once, found written for this attempt, left alone.
+    assert [str(r) for r in fake.requests if r.verb == "get"] == [
+        "get TrainingJob mlp",
+        "get ConfigMap mlp-trainer",
+    ]
     assert await operator.reconcile() == []
+    assert [str(r) for r in fake.requests] == ["get TrainingJob mlp"]
 
 
 async def test_a_child_someone_else_changed_is_applied_again_and_only_that_one(

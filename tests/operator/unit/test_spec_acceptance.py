@@ -12,10 +12,17 @@ from trainop.controller import acceptance, kinds
 
 
 def stored(body: dict[str, Any]) -> dict[str, Any]:
-    """``body`` after the operator recorded its spec as accepted (``status.appliedSpec``)."""
+    """``body`` after the operator recorded its spec as accepted."""
     verdict = acceptance.evaluate(body)
-    assert verdict.accepted_spec is not None
-    return {**body, "status": {**(body.get("status") or {}), "appliedSpec": verdict.accepted_spec}}
+    assert verdict.applied_spec is not None
+    body = {
+        **body,
+        "metadata": {
+            **body["metadata"],
+            "annotations": {kinds.ANNOTATION_APPLIED_SPEC: verdict.applied_spec},
+        },
+    }
+    return body
 
 
 def edited(body: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
@@ -26,20 +33,11 @@ def test_a_valid_spec_seen_first_is_accepted_and_recorded() -> None:
     verdict = acceptance.evaluate(factories.job())
     assert verdict.resource is not None and verdict.resource.metadata.name == "mlp"
     assert (verdict.errors, verdict.refused) == ((), ())
-    assert verdict.accepted_spec == acceptance.serialise(verdict.resource.spec.to_wire())
+    assert verdict.applied_spec == acceptance.serialise(verdict.resource.spec.to_wire())
 
 
-def test_an_unchanged_spec_is_recorded_as_it_was_so_the_status_patch_leaves_it_out() -> None:
-    body = stored(factories.job())
-    assert acceptance.evaluate(body).accepted_spec == body["status"]["appliedSpec"]
-
-
-def test_the_annotation_earlier_operators_recorded_the_spec_in_still_counts() -> None:
-    recorded = stored(factories.job())["status"]["appliedSpec"]
-    legacy = factories.job(annotations={kinds.ANNOTATION_APPLIED_SPEC: recorded})
-    verdict = acceptance.evaluate(edited(legacy, {"workers": {"replicas": 4}}))
-    assert [str(c) for c in verdict.refused] == ["spec.workers.replicas cannot change from 2 to 4"]
-    assert verdict.accepted_spec == recorded
+def test_an_unchanged_spec_is_not_recorded_again() -> None:
+    assert acceptance.evaluate(stored(factories.job())).applied_spec is None
 
 
 @pytest.mark.parametrize(
@@ -57,7 +55,7 @@ def test_mutable_changes_are_accepted_and_recorded(change: dict[str, Any]) -> No
     verdict = acceptance.evaluate(body)
     assert verdict.refused == ()
     assert verdict.resource is not None and verdict.resource.spec == kinds.parse(body).spec
-    assert verdict.accepted_spec == acceptance.serialise(kinds.parse(body).spec.to_wire())
+    assert verdict.applied_spec == acceptance.serialise(kinds.parse(body).spec.to_wire())
 
 
 @pytest.mark.parametrize(
@@ -77,7 +75,7 @@ def test_changing_an_immutable_field_is_refused_and_the_accepted_spec_keeps_runn
     before = stored(factories.job())
     verdict = acceptance.evaluate(edited(before, change))
     assert path in [c.path for c in verdict.refused]
-    assert verdict.accepted_spec == before["status"]["appliedSpec"]  # the record stays as it was
+    assert verdict.applied_spec is None
     assert verdict.resource is not None
     assert verdict.resource.spec == acceptance.evaluate(before).resource.spec  # type: ignore[union-attr]
 
@@ -126,4 +124,4 @@ def test_an_invalid_edit_keeps_the_accepted_spec() -> None:
 def test_an_unreadable_record_is_ignored_and_the_current_spec_accepted() -> None:
     body = factories.job(annotations={kinds.ANNOTATION_APPLIED_SPEC: "{not json"})
     verdict = acceptance.evaluate(body)
-    assert verdict.resource is not None and verdict.refused == () and verdict.accepted_spec is not None
+    assert verdict.resource is not None and verdict.refused == () and verdict.applied_spec is not None
