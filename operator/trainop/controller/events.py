@@ -70,4 +70,6 @@ async def post(
                 continue
             if error.status >= 500 or error.status == 429:  # not now: the reconcile is retried
                 raise
+            if kube.namespace_terminating(error):  # the owner goes with its namespace
+                continue
             log.warning("could not post Event %s on %s: %s", event.reason, owner["metadata"]["name"], error)

@@ -109,6 +109,11 @@ class ApiError(Exception):
         self.retry_after = retry_after
 
 
+def namespace_terminating(error: ApiError) -> bool:
+    """The apiserver refused a create because the namespace is being deleted (its objects go with it)."""
+    return error.status == 403 and "because it is being terminated" in error.message
+
+
 class Kube:
     def __init__(self, api_client: aio_client.ApiClient) -> None:
         self._api = api_client

@@ -146,7 +146,14 @@ class Reconciler:
             log.info("%s: ttlSecondsAfterFinished passed; deleting it", key)
             await self._kube.delete(resource_api, key.namespace, key.name, uid=body["metadata"]["uid"])
             return Result(transition=transition)
-        await self._write_children(key, verdict, transition, read)
+        try:
+            await self._write_children(key, verdict, transition, read)
+        except kube.ApiError as error:
+            if not kube.namespace_terminating(error):
+                raise
+            # Its namespace is being deleted, the owner with it: nothing to create, nothing to retry.
+            log.info("%s: its namespace is being deleted; no children written", key)
+            return Result(transition=transition)
         return Result(requeue_after=transition.requeue_after, transition=transition)
 
     def _observe(
@@ -309,6 +316,8 @@ class Reconciler:
             else:
                 write = await apply.server_side_apply(self._kube, manifest)
         except kube.ApiError as error:
+            if kube.namespace_terminating(error):
+                raise
             if error.status in (403, 404, 422):  # quota, admission, no KubeRay: a user can act
                 errors[kind] = _create_problem(manifest, error)
             raise

@@ -26,6 +26,7 @@ class OperatorProcess:
         self.liveness_port = 0
         self.metrics_port = 0
         self.starts = 0
+        self._log_offset = 0
 
     def start(
         self,
@@ -54,6 +55,8 @@ class OperatorProcess:
             *extra_args,
         ]
         env = {**os.environ, "TRAINOP_FAILPOINTS": failpoints, "PYTHONUNBUFFERED": "1"}
+        log_path = self.log_dir / "operator.log"
+        self._log_offset = log_path.stat().st_size if log_path.exists() else 0
         self.process = processes.ManagedProcess.start(
             name=f"operator-{self.starts}", argv=argv, log_path=self.log_dir / "operator.log", env=env
         )
@@ -80,6 +83,12 @@ class OperatorProcess:
         """Wait for the process to end by itself (a failpoint); returns its exit code."""
         assert self.process is not None
         return self.process.popen.wait(timeout=timeout_s)
+
+    def log_of_this_start(self) -> str:
+        """What the current process logged (the file also holds earlier starts', other tests')."""
+        with (self.log_dir / "operator.log").open(errors="replace") as log:
+            log.seek(self._log_offset)
+            return log.read()
 
     def log_tail(self, num_lines: int = 60) -> str:
         return self.process.log_tail(num_lines=num_lines) if self.process else "(never started)"

@@ -223,3 +223,23 @@ async def test_a_job_waiting_for_its_existing_claim_creates_no_rayjob_until_the_
         {**claim, "metadata": {**claim["metadata"], "namespace": "team-a"}, "status": {"phase": "Bound"}}
     )
     assert (await operator.reconcile())[-1] == "create RayJob mlp-a1"
+
+
+async def test_a_namespace_being_deleted_ends_the_reconcile_quietly_with_nothing_to_retry(
+    fake: FakeKube, operator: Operator
+) -> None:
+    new_job(fake)
+
+    def terminating(request: Request) -> kube.ApiError | None:
+        if request.verb in ("create", "apply"):
+            message = (
+                f'{request.kind} "{request.name}" is forbidden: unable to create new content in namespace '
+            )
+            return kube.ApiError(403, "Forbidden", message + "team-a because it is being terminated")
+        return None
+
+    fake.fail_on = terminating
+    await operator.reconcile()  # no error: the owner goes with its namespace
+    owner = fake.get_object("TrainingJob", "mlp")
+    assert owner is not None and owner["status"]["phase"] == "Pending"
+    assert not any(c["reason"] == "CreateFailed" for c in owner["status"]["conditions"])
