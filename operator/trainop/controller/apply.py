@@ -64,7 +64,9 @@ class Write:
 
 
 def fingerprint(manifest: Mapping[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    """A short digest of a manifest (it is kept per child in memory; 64 bits tell two manifests apart)."""
+    encoded = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.blake2b(encoded, digest_size=8).hexdigest()
 
 
 async def create(client: kube.Kube, manifest: Mapping[str, Any]) -> Write:

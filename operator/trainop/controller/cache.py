@@ -14,8 +14,12 @@ guarantee is why the children live in kopf indexes.
 **Slim records, not bodies.** Each index keeps only what a reconcile needs (``Seen`` and an observation
 from ``observe``): a thousand jobs' children as whole bodies would be hundreds of megabytes of dicts.
 
-The trainer's ConfigMap is not watched: that would take ``list`` on every ConfigMap of the cluster,
-which the operator must not hold. ``reconcile`` reads it, once per owner and operator process.
+Not everything watched is kept here. The ServiceAccount, Role and RoleBinding are watched only so that a
+change someone makes to one is undone at once: their events go to ``own_writes`` (was it our own write
+coming back?) and to the work queue, and nothing of them is stored -- a reconcile applies them unless this
+process applied the same manifest and has seen no other change since. The trainer's ConfigMap is not
+watched at all: that would take ``list`` on every ConfigMap of the cluster, which the operator must not
+hold; ``reconcile`` reads it, once per owner and operator process.
 
 **Where the cache is not trusted.** A watch is a little behind the apiserver, so a reconcile can see a
 child it just deleted or miss one it just created. Every write that acts on the cache is safe against
@@ -45,12 +49,11 @@ RAY_JOBS = "trainop_rayjobs"
 RAY_CLUSTERS = "trainop_rayclusters"
 CLAIMS = "trainop_claims"
 PODS = "trainop_pods"
-OBJECTS = "trainop_objects"  # ServiceAccounts, Roles, RoleBindings (server-side applied)
 OWNERS_BY_CLAIM = "trainop_owners_by_claim"
-INDEX_IDS = (RAY_JOBS, RAY_CLUSTERS, CLAIMS, PODS, OBJECTS, OWNERS_BY_CLAIM)
+INDEX_IDS = (RAY_JOBS, RAY_CLUSTERS, CLAIMS, PODS, OWNERS_BY_CLAIM)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Seen:
     """A child as its last watch event showed it: identity, ownership and whether it is going away."""
 
@@ -70,13 +73,13 @@ class Seen:
         return f"{self.kind} {self.name}"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class RayJobRecord:
     seen: Seen
     observation: observe.RayJobObservation
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class ClaimRecord:
     seen: Seen
     observation: observe.ClaimObservation  # ownership not set: it depends on who asks
@@ -138,11 +141,6 @@ def index_pod(body: Mapping[str, Any]) -> dict[Any, tuple[str, tuple[observe.Pro
     return {(*key, str(attempt)): (str(body["metadata"]["name"]), observe.pod_problems([body]))}
 
 
-def index_object(body: Mapping[str, Any]) -> dict[Any, Seen]:
-    record = seen(body)
-    return {(record.kind, str(body["metadata"].get("namespace")), record.name): record}
-
-
 def index_owner_claims(body: Mapping[str, Any]) -> dict[Any, tuple[str, str]] | None:
     """An owner under every claim name it may use: the one it creates, and an ``existingClaim``."""
     kind = kinds.BY_KIND.get(str(body.get("kind")))
@@ -162,7 +160,6 @@ INDEX_FUNCTIONS: Mapping[str, Callable[[Mapping[str, Any]], Mapping[Any, Any] | 
     RAY_CLUSTERS: index_ray_cluster,
     CLAIMS: index_claim,
     PODS: index_pod,
-    OBJECTS: index_object,
 }
 
 
@@ -221,10 +218,6 @@ class Cache:
             PODS, (namespace, kind.kind, owner, str(attempt))
         )
         return tuple(problem for _, problems in sorted(pods, key=lambda p: p[0]) for problem in problems)
-
-    def object(self, kind: str, namespace: str, name: str) -> list[Seen]:
-        """A server-side applied child (ServiceAccount, Role, RoleBinding) by name."""
-        return self._get(OBJECTS, (kind, namespace, name))
 
     def owners_of_claim(self, namespace: str, claim: str) -> list[tuple[str, str]]:
         """(kind, name) of every owner that creates or names this claim."""

@@ -36,6 +36,10 @@ _EXPECTED_ERRORS = (
 )
 
 
+# Watched children whose events only route (nothing of them is cached: see ``cache``).
+SERVER_SIDE_APPLIED = frozenset({"ServiceAccount", "Role", "RoleBinding"})
+
+
 class Engine:
     def __init__(
         self, reconciler: reconcile.Reconciler, children_cache: cache.Cache, *, num_workers: int = 4
@@ -76,24 +80,30 @@ class Engine:
         if event_type is None or needs_reconcile(body):
             self.queue.add(key)
 
-    def child_event(self, body: Mapping[str, Any]) -> None:
+    def child_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
         meta = body["metadata"]
-        namespace = str(meta.get("namespace"))
+        namespace, child_kind, name = str(meta.get("namespace")), str(body.get("kind")), str(meta["name"])
         owners: set[tuple[str, str]] = set()
         owner = kinds.owner_of(meta.get("labels") or {})
         if owner is not None:
             owners.add((owner[0].kind, owner[1]))
-        if body.get("kind") == "PersistentVolumeClaim":
-            owners.update(self.cache.owners_of_claim(namespace, str(meta["name"])))
-        for kind, name in owners:
-            key = reconcile.OwnerKey(kind, namespace, name)
-            echo = self._reconciler.own_writes.is_echo(
-                key,
-                str(body.get("kind")),
-                str(meta["name"]),
-                uid=str(meta.get("uid")),
-                resource_version=str(meta.get("resourceVersion")),
-            )
+        if child_kind == "PersistentVolumeClaim" and self.cache.bound:
+            owners.update(self.cache.owners_of_claim(namespace, name))
+        own = self._reconciler.own_writes
+        for kind, owner_name in owners:
+            key = reconcile.OwnerKey(kind, namespace, owner_name)
+            identity = {"uid": str(meta.get("uid")), "resource_version": str(meta.get("resourceVersion"))}
+            if child_kind in SERVER_SIDE_APPLIED:
+                echo = own.observe(
+                    key,
+                    child_kind,
+                    name,
+                    being_deleted=bool(meta.get("deletionTimestamp")),
+                    deleted=deleted,
+                    **identity,
+                )
+            else:
+                echo = not deleted and own.is_echo(key, child_kind, name, **identity)
             if not echo:
                 self.queue.add(key)
 

@@ -1,8 +1,8 @@
 """The kopf handlers: thin. Each keeps the ``cache`` (kopf indexes) and turns a watch event into a queued
 owner key (see ``engine``).
 
-Watched resources, all with ``kopf.index`` (what a reconcile reads, see ``cache``) and ``kopf.on.event``
-(routing) -- no kopf change handlers, so kopf keeps no per-object progress annotations and adds no
+Watched resources, with ``kopf.on.event`` (routing) and, for what a reconcile reads, ``kopf.index`` (see
+``cache``) -- no kopf change handlers, so kopf keeps no per-object progress annotations and adds no
 finalizers: deleting an owner is plain garbage collection:
 
 - trainingjobs and tuningsweeps (trainop.dev/v1alpha1): every object; indexed by the claims they use;
@@ -28,16 +28,17 @@ from trainop.api import base
 from trainop.controller import cache, engine, kinds
 
 # Every handler is a coroutine: kopf runs plain functions in a thread pool, a thread hand-off per event.
-# (group, version, plural) of the children the operator watches, the cache index each one fills, and
-# whether the watch takes only the operator's own (labelled) objects.
-CHILD_RESOURCES: tuple[tuple[str, str, str, str, bool], ...] = (
+# (group, version, plural) of the children the operator watches, the cache index each one fills (None:
+# its events only route, see ``cache``), and whether the watch takes only the operator's own (labelled)
+# objects.
+CHILD_RESOURCES: tuple[tuple[str, str, str, str | None, bool], ...] = (
     ("ray.io", "v1", "rayjobs", cache.RAY_JOBS, True),
     ("ray.io", "v1", "rayclusters", cache.RAY_CLUSTERS, True),
     ("", "v1", "persistentvolumeclaims", cache.CLAIMS, False),
     ("", "v1", "pods", cache.PODS, True),
-    ("", "v1", "serviceaccounts", cache.OBJECTS, True),
-    ("rbac.authorization.k8s.io", "v1", "roles", cache.OBJECTS, True),
-    ("rbac.authorization.k8s.io", "v1", "rolebindings", cache.OBJECTS, True),
+    ("", "v1", "serviceaccounts", None, True),
+    ("rbac.authorization.k8s.io", "v1", "roles", None, True),
+    ("rbac.authorization.k8s.io", "v1", "rolebindings", None, True),
 )
 
 
@@ -64,19 +65,21 @@ def _register_child(
     runtime: engine.Engine,
     selector: tuple[str, ...],
     plural: str,
-    index_id: str,
+    index_id: str | None,
 ) -> None:
+    async def child_event(event: kopf.RawEvent, body: kopf.Body, **kwargs: Any) -> None:
+        _bind(runtime, kwargs)
+        runtime.child_event(body, deleted=event.get("type") == "DELETED")
+
+    kopf.on.event(*selector, id=f"child-{plural}", registry=registry)(child_event)
+    if index_id is None:
+        return
     index_function = cache.INDEX_FUNCTIONS[index_id]
 
     async def index(body: kopf.Body, **_: Any) -> Mapping[Any, Any] | None:
         return index_function(body)
 
-    async def child_event(body: kopf.Body, **kwargs: Any) -> None:
-        _bind(runtime, kwargs)
-        runtime.child_event(body)
-
     kopf.index(*selector, id=_index_handler_id(index_id, plural), registry=registry)(index)
-    kopf.on.event(*selector, id=f"child-{plural}", registry=registry)(child_event)
 
 
 def _register_owner(registry: kopf.OperatorRegistry, runtime: engine.Engine, kind: kinds.Kind) -> None:
@@ -93,7 +96,7 @@ def _register_owner(registry: kopf.OperatorRegistry, runtime: engine.Engine, kin
 
 
 def _index_handler_id(index_id: str, plural: str) -> str:
-    # One kopf index per handler id. Several resources fill one cache index (OBJECTS, OWNERS_BY_CLAIM):
+    # One kopf index per handler id. Several resources may fill one cache index (OWNERS_BY_CLAIM):
     # each gets its own kopf index, and the cache reads them together.
     return f"{index_id}__{plural}"
 

@@ -54,13 +54,13 @@ class AttemptState(enum.Enum):
         )
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Problem:
     reason: str
     message: str
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class RayJobObservation:
     name: str
     state: AttemptState
@@ -86,7 +86,7 @@ class ClaimPhase(enum.StrEnum):
     LOST = "Lost"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class ClaimObservation:
     name: str
     phase: ClaimPhase

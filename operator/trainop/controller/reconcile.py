@@ -1,9 +1,8 @@
 """One reconcile of one owner: read, decide (pure), write -- in that order, and writes in a fixed order.
 
 1. Read the owner fresh from the API (its status is the record of intent this reconcile extends), and its
-   children from the watch-fed ``cache`` (no request): its RayJobs, its checkpoint claim, its
-   ServiceAccount, Role and RoleBinding and, while an attempt is starting, that attempt's Ray pods and
-   RayCluster.
+   children from the watch-fed ``cache`` (no request): its RayJobs, its checkpoint claim and, while an
+   attempt is starting, that attempt's Ray pods and RayCluster.
 2. Decide: ``acceptance.evaluate`` (which spec to run) and ``state_machine.next_status``.
 3. Write:
    a. the accepted spec into the owner's ``trainop.dev/applied-spec`` annotation, when it changed;
@@ -16,8 +15,8 @@
       a create-only child that is not there; the ConfigMap when it was not written for this attempt
       (a running attempt's config never changes under it: mutable spec changes reach the next one; it
       is not watched, so an owner's first reconcile in a process reads it: the one child read);
-      ServiceAccount, Role and RoleBinding when they are not the version this process applied from the
-      same manifest (``own_writes``).
+      ServiceAccount, Role and RoleBinding unless this process applied the same manifest and saw no other
+      change of them since (``own_writes``).
 
 Writing the status before acting on it makes every crash window safe: a restarted operator reads the
 recorded intent (a failure, a new attempt number) and repeats the same idempotent actions.
@@ -146,6 +145,8 @@ class Reconciler:
             log.info("%s: ttlSecondsAfterFinished passed; deleting it", key)
             await self._kube.delete(resource_api, key.namespace, key.name, uid=body["metadata"]["uid"])
             return Result(transition=transition)
+        if transition.status.phase is not None and transition.status.phase.finished:
+            self.own_writes.forget(key)  # a finished owner's children are not written again
         try:
             await self._write_children(key, verdict, transition, read)
         except kube.ApiError as error:
@@ -172,16 +173,7 @@ class Reconciler:
                 name: self._with_cluster_problems(key.namespace, ray) for name, ray in observations.items()
             }
         claim = self._cache.claim(key.namespace, claim_name) if claim_name else None
-        applied = {
-            "ServiceAccount": kind.service_account_name(key.name),
-            "Role": kind.role_name(key.name),
-            "RoleBinding": kind.role_name(key.name),
-        }
-        leftovers = [
-            f"{child_kind} {name}"
-            for child_kind, name in applied.items()
-            if any(s.being_deleted for s in self._cache.object(child_kind, key.namespace, name))
-        ]
+        leftovers = [f"{child_kind} {name}" for child_kind, name in self.own_writes.being_deleted(key)]
         observed = state_machine.Observed(
             now=self._clock(),
             generation=body["metadata"].get("generation"),
@@ -291,14 +283,7 @@ class Reconciler:
             writes.append((children.desired_configmap(resource, attempt), Write.APPLY))
         for child in children.desired_rbac(resource):
             name = child["metadata"]["name"]
-            seen = [s for s in self._cache.object(child["kind"], key.namespace, name) if not s.being_deleted]
-            if not seen or not self.own_writes.current(
-                key,
-                child["kind"],
-                name,
-                resource_version=seen[0].resource_version,
-                fingerprint=apply.fingerprint(child),
-            ):
+            if not self.own_writes.current(key, child["kind"], name, fingerprint=apply.fingerprint(child)):
                 writes.append((child, Write.APPLY))
         if transition.create_ray_job and transition.ray_job not in {r.seen.name for r in read.ray_jobs}:
             writes.append((rayjob.desired_rayjob(resource, attempt), Write.CREATE))

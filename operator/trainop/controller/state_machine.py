@@ -64,7 +64,7 @@ class Observed:
     create_errors: Mapping[str, observe.Problem] = dataclasses.field(default_factory=dict)
     # RayJobs labelled with this owner's name that another incarnation of it made (a deleted namesake's).
     foreign_ray_jobs: frozenset[str] = frozenset()
-    # Other children under this owner's names that are being deleted ("ConfigMap mlp-trainer").
+    # Server-side applied children under this owner's names seen being deleted ("Role mlp-trainer").
     leftovers: tuple[str, ...] = ()
 
 

@@ -166,41 +166,55 @@ class FakeKube(kube.Kube):
 
 
 class Watches:
-    """Plays kopf's watches and indexes over a ``FakeKube``: ``sync()`` delivers everything stored so far."""
+    """Plays kopf's watches over a ``FakeKube``: ``sync()`` delivers everything that changed since the last
+    one -- into the cache's kopf index functions, as kopf does, and as events to ``deliver`` (the engine's
+    routing, which also tells ``own_writes`` which changes were not the operator's own)."""
+
+    INDEXED = {
+        "RayJob": (cache.RAY_JOBS, cache.index_ray_job),
+        "RayCluster": (cache.RAY_CLUSTERS, cache.index_ray_cluster),
+        "PersistentVolumeClaim": (cache.CLAIMS, cache.index_claim),
+        "Pod": (cache.PODS, cache.index_pod),
+        "TrainingJob": (cache.OWNERS_BY_CLAIM, cache.index_owner_claims),
+        "TuningSweep": (cache.OWNERS_BY_CLAIM, cache.index_owner_claims),
+    }
+    WATCHED = {
+        "RayJob",
+        "RayCluster",
+        "PersistentVolumeClaim",
+        "Pod",
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+    }
 
     def __init__(self, fake: FakeKube) -> None:
         self._fake = fake
         self._indexes: dict[str, dict[Any, list[Any]]] = {index_id: {} for index_id in cache.INDEX_IDS}
         self.cache = cache.Cache(self._indexes)
+        self.deliver: Callable[[dict[str, Any], bool], None] | None = None
+        self._seen: dict[str, tuple[str, dict[str, Any]]] = {}  # path -> (resourceVersion, object)
 
     def sync(self) -> None:
         for index in self._indexes.values():
             index.clear()
-        functions = {
-            "RayJob": cache.index_ray_job,
-            "RayCluster": cache.index_ray_cluster,
-            "PersistentVolumeClaim": cache.index_claim,
-            "Pod": cache.index_pod,
-            "ServiceAccount": cache.index_object,
-            "Role": cache.index_object,
-            "RoleBinding": cache.index_object,
-            "TrainingJob": cache.index_owner_claims,
-            "TuningSweep": cache.index_owner_claims,
-        }
-        ids = {
-            "RayJob": cache.RAY_JOBS,
-            "RayCluster": cache.RAY_CLUSTERS,
-            "PersistentVolumeClaim": cache.CLAIMS,
-            "Pod": cache.PODS,
-            "TrainingJob": cache.OWNERS_BY_CLAIM,
-            "TuningSweep": cache.OWNERS_BY_CLAIM,
-        }
         for obj in self._fake.objects.values():
-            function = functions.get(obj["kind"])
-            if function is None:
-                continue
-            for key, value in (function(obj) or {}).items():
-                self._indexes[ids.get(obj["kind"], cache.OBJECTS)].setdefault(key, []).append(value)
+            indexed = self.INDEXED.get(obj["kind"])
+            if indexed is not None:
+                for key, value in (indexed[1](obj) or {}).items():
+                    self._indexes[indexed[0]].setdefault(key, []).append(value)
+        if self.deliver is None:
+            return
+        current = {path: obj for path, obj in self._fake.objects.items() if obj["kind"] in self.WATCHED}
+        for path, obj in current.items():
+            if self._seen.get(path, ("",))[0] != obj["metadata"]["resourceVersion"]:
+                self.deliver(copy.deepcopy(obj), False)
+        for path, (_, obj) in self._seen.items():
+            if path not in current:
+                self.deliver(obj, True)
+        self._seen = {
+            path: (obj["metadata"]["resourceVersion"], copy.deepcopy(obj)) for path, obj in current.items()
+        }
 
 
 def utc(text: str) -> datetime.datetime:

@@ -109,15 +109,18 @@ async def test_a_claim_without_our_labels_wakes_the_owner_that_names_it_as_exist
 async def test_the_echo_of_the_operators_own_write_queues_nothing_and_any_later_change_does(
     runtime: engine.Engine,
 ) -> None:
-    def config_map(version: str) -> dict[str, Any]:
+    def role(version: str) -> dict[str, Any]:
         meta = {"name": "mlp-trainer", "namespace": "team-a", "uid": "u1", "resourceVersion": version}
-        return {"kind": "ConfigMap", "metadata": {**meta, "labels": {"trainop.dev/job": "mlp"}}}
+        return {"kind": "Role", "metadata": {**meta, "labels": {"trainop.dev/job": "mlp"}}}
 
-    runtime._reconciler.own_writes.record(KEY, "ConfigMap", "mlp-trainer", own_writes.Record("u1", "7", "f"))
-    runtime.child_event(config_map("7"))
+    own = runtime._reconciler.own_writes
+    own.record(KEY, "Role", "mlp-trainer", own_writes.Record("u1", "7", "f"))
+    runtime.child_event(role("7"))
     assert await queued(runtime) == []
-    runtime.child_event(config_map("8"))  # someone edited it
+    assert own.current(KEY, "Role", "mlp-trainer", fingerprint="f")
+    runtime.child_event(role("8"))  # someone edited it: queued, and applied again by the next reconcile
     assert await queued(runtime) == [KEY]
+    assert not own.current(KEY, "Role", "mlp-trainer", fingerprint="f")
 
 
 async def test_a_burst_of_child_events_queues_the_owner_once(runtime: engine.Engine) -> None:

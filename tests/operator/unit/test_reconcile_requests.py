@@ -15,7 +15,7 @@ import operator_factories as factories
 import pytest
 from fake_apiserver import FakeKube, Request, Watches
 
-from trainop.controller import kinds, kube, reconcile
+from trainop.controller import engine, kinds, kube, reconcile
 
 NOW = datetime.datetime(2026, 3, 1, 12, 0, 0, tzinfo=datetime.UTC)
 KEY = reconcile.OwnerKey("TrainingJob", "team-a", "mlp")
@@ -32,13 +32,15 @@ class Operator:
 
     def __init__(self, fake: FakeKube) -> None:
         self.fake = fake
-        self.watches = Watches(fake)
         self.now = NOW
-        self.reconciler = reconcile.Reconciler(fake, self.watches.cache, clock=lambda: self.now)
+        self.restart()
 
     def restart(self) -> None:
         """A new process: nothing in memory, the watches listed afresh."""
+        self.watches = Watches(self.fake)
         self.reconciler = reconcile.Reconciler(self.fake, self.watches.cache, clock=lambda: self.now)
+        routing = engine.Engine(self.reconciler, self.watches.cache)
+        self.watches.deliver = lambda body, deleted: routing.child_event(body, deleted=deleted)
 
     async def reconcile(self, *, sync: bool = True) -> list[str]:
         """One reconcile after the watches delivered everything (unless ``sync=False``); its writes."""
