@@ -412,3 +412,22 @@ def test_a_corrupt_format_1_checkpoint_falls_back_by_its_sha256(
         found = store.newest_valid()
     assert found is not None and found.step == 20 and found.manifest.legacy
     assert any("sha256" in r.getMessage() and "step_30" in r.getMessage() for r in caplog.records)
+
+
+def test_a_stager_that_closed_itself_after_a_save_is_replaced_for_the_next_one(
+    tmp_path: pathlib.Path,
+) -> None:
+    """PyTorch 2.11's DefaultStager closes its StateDictStager at the end of every stage
+    (pytorch/pytorch#183413), and the next save with the same stager failed with ``KeyError: <class 'type'>``
+    (the FSDP benchmark on an H200). The torch installed here is fixed, so the test closes the stager's
+    StateDictStager itself after the first save, exactly as 2.11 does; the second save must still commit."""
+    loop = Loop(tmp_path / "checkpoints")
+    loop.train(2)
+    loop.save()
+    (stager,) = loop.checkpointer._stagers.values()
+    stager._state_dict_stager.close()  # what torch 2.11's DefaultStager._stage ends with
+    loop.train(2)
+    loop.save()
+    loop.checkpointer.close()
+    assert loop.committed == [2, 4]
+    assert checkpoint_store.CheckpointStore(tmp_path / "checkpoints").committed_steps() == [4, 2]

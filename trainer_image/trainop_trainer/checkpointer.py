@@ -127,6 +127,8 @@ class Checkpointer:
             return None
         on_cuda = self._ctx.device.type == "cuda"
         key = on_cuda and async_staging
+        if key in self._stagers and not _reusable(self._stagers[key]):
+            self._stagers.pop(key).close()
         if key not in self._stagers:
             if on_cuda:
                 options = StagingOptions(
@@ -360,6 +362,16 @@ class Checkpointer:
             self._committer.shutdown(wait=True)
             for stager in self._stagers.values():
                 stager.close()
+
+
+def _reusable(stager: Any) -> bool:
+    """Whether a DefaultStager can stage another save. PyTorch 2.11's closes its StateDictStager at the end
+    of every stage (pytorch/pytorch#183413, fixed in 2.12 by #183424), which empties its copy table: the next
+    save then fails with ``KeyError: <class 'type'>`` (seen on the FSDP benchmark, torch 2.11, H200). Such a
+    stager is replaced for each save; its pinned staging buffers are then not reused across saves."""
+    inner = getattr(stager, "_state_dict_stager", None)
+    table = getattr(inner, "_deepcopy_dispatch", None)
+    return table is None or bool(table)
 
 
 def _first_line(exc: BaseException) -> str:
