@@ -93,6 +93,10 @@ PRESTOP_COMMAND = ("python", "-m", "trainop_trainer.preempt", "--timeout")
 # Seconds of the grace period the helper leaves over: its own start-up (Python, imports) before it signals,
 # and time for the kubelet's SIGTERM to stop `ray start` before the SIGKILL at the end of the period.
 PRESTOP_MARGIN_SECONDS = 5
+# Seconds a Ray worker keeps trying to reach a lost head's GCS before it exits (its pod then restarts it
+# and it joins the new head); KubeRay sets 600 on workers unless the container already sets it.
+GCS_RECONNECT_TIMEOUT_ENV = "RAY_GCS_RPC_SERVER_RECONNECT_TIMEOUT_S"
+WORKER_GCS_RECONNECT_TIMEOUT_S = 60
 VOLUME_CHECKPOINTS = "checkpoints"
 VOLUME_CONFIG = "trainer-config"
 VOLUME_SHM = "dshm"
@@ -236,6 +240,13 @@ def _container(
         }
         ports: list[dict[str, Any]] = []
     else:
+        # A lost head (its pod deleted, its node gone): KubeRay recreates the head and, in HTTPMode, submits
+        # the job again to the new one, which resumes from the newest checkpoint. The workers must leave the
+        # dead head's GCS to join the new one: they exit once they cannot reach it for this long, and their
+        # pods restart them. KubeRay's own default for workers is 600 s, ten minutes of idle GPUs per lost
+        # head (measured on the cluster bed: the job sat still until then); a training job cannot outlive a
+        # minute without its GCS anyway.
+        env[GCS_RECONNECT_TIMEOUT_ENV] = str(WORKER_GCS_RECONNECT_TIMEOUT_S)
         cpu = _cpu(resources.worker_cpus(spec))
         memory = resources.worker_memory(spec)
         limits: dict[str, Any] = {"cpu": cpu, "memory": memory}

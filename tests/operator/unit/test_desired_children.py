@@ -443,3 +443,13 @@ def test_every_ray_container_turns_ray_trains_preemption_watcher_off(group: str)
     container = pods(job_children()["RayJob"])[group]["spec"]["containers"][0]  # the Ray container
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] == "0"
+
+
+def test_workers_leave_a_lost_heads_gcs_within_a_minute_to_join_the_new_head() -> None:
+    """KubeRay recreates a lost head and resubmits the job; its default keeps workers waiting for the dead
+    GCS for 600 s (idle GPUs); the operator sets one minute on every worker, none on the head."""
+    built = pods(job_children()["RayJob"])
+    worker_env = {e["name"]: e.get("value") for e in built["worker"]["spec"]["containers"][0]["env"]}
+    head_env = {e["name"]: e.get("value") for e in built["head"]["spec"]["containers"][0]["env"]}
+    assert worker_env["RAY_GCS_RPC_SERVER_RECONNECT_TIMEOUT_S"] == "60"
+    assert "RAY_GCS_RPC_SERVER_RECONNECT_TIMEOUT_S" not in head_env
