@@ -14,8 +14,10 @@ Worker (``train_loop_per_worker``): read the launch settings, start the ``Runtim
   ``WorkerPreempted`` so Ray Train restarts the group from that checkpoint.
 
 Environment for the workers (``RunConfig.worker_runtime_env``): the NCCL profile's variables when the profile
-is explicit (``auto`` is resolved on each node by the worker), ``PYTHONPATH`` and ``TRAINOP_PID_DIR`` of the
-driver if set, so user packages and the preStop hook work the same way locally.
+is explicit (``auto`` is resolved on each node by the worker), ``PYTHONPATH``, ``TRAINOP_PID_DIR`` and the
+benchmark knobs (``config.BENCH_ENV``) of the driver if set, so user packages, the preStop hook and the GPU
+benchmark work the same way locally. Every Ray worker process of the job runs ``logs.ray_worker_setup``
+(Ray's ``worker_process_setup_hook``).
 """
 
 from __future__ import annotations
@@ -35,10 +37,12 @@ from trainop_trainer import nccl
 
 log = logging.getLogger(__name__)
 
-_FORWARDED_ENV = ("PYTHONPATH", config_module.PID_DIR_ENV)
+_FORWARDED_ENV = ("PYTHONPATH", config_module.PID_DIR_ENV, *config_module.BENCH_ENV)
 # Where Ray (2.60) says, on every start of a local Ray, that it turned token authentication on.
 _TOKEN_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
 _TOKEN_NOTICE = "Token authentication is enabled for this Ray cluster"
+# Runs in every Ray worker process of the job (the Train controller, its workers, Ray Train's helpers).
+_WORKER_SETUP_HOOK = "trainop_trainer.logs.ray_worker_setup"
 
 
 def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
@@ -125,8 +129,9 @@ def ensure_ray(
     # there), inherits it; fit() in this process hands it to the Train controller.
     for key, value in trainer_config.RAY_TRAIN_ENV.items():
         os.environ.setdefault(key, value)
+    runtime_env = {"worker_process_setup_hook": _WORKER_SETUP_HOOK}
     if os.environ.get("RAY_ADDRESS"):
-        ray.init(log_to_driver=log_to_driver, logging_level=level)
+        ray.init(log_to_driver=log_to_driver, logging_level=level, runtime_env=runtime_env)
         return
     # A local Ray turns token authentication on by default (good: nothing else on the machine can submit
     # work to it) and says so at WARNING level on every run, although there is nothing to act on. The
@@ -141,6 +146,7 @@ def ensure_ray(
         include_dashboard=False,
         log_to_driver=log_to_driver,
         logging_level=level,
+        runtime_env=runtime_env,
     )
 
 
