@@ -27,8 +27,11 @@ from typing import Any
 TIME = r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})"
 AB_LINE = re.compile(
     r"rank0 \S+ INFO: ab block (\S+) steps (\d+)-(\d+): ([\d.]+) ms/step, ([\d.]+) samples/s"
+    r"(?:; gc (\d+) collections \(gen0/1/2 (\S+)\), ([\d.]+) ms, longest ([\d.]+) ms)?"
 )
 GROUP_UP_LINE = re.compile(TIME + r" rank0 \S+ INFO: network facts:")
+RUNTIME_UP_LINE = re.compile(TIME + r" rank0 \S+ INFO: runtime up in ([\d.]+)s")
+SETUP_LINE = re.compile(TIME + r" rank0 \S+ INFO: \S+ built in ([\d.]+)s; trainer set up in ([\d.]+)s")
 NOISE = {
     "preemption_watcher_error": re.compile(r"'PreemptionWatcher'.*max_restarts > 0"),
     "cleaner_failed_query": re.compile(r"Failed to query Ray Train Controller actor state"),
@@ -117,6 +120,9 @@ def parse_ab(text: str, *, workload: str, gpus: int, impl: str) -> list[dict[str
             "to_step": int(m.group(3)),
             "ms_per_step": float(m.group(4)),
             "samples_per_second": float(m.group(5)),
+            "gc_collections": int(m.group(6)) if m.group(6) else None,
+            "gc_ms": float(m.group(8)) if m.group(8) else None,
+            "gc_longest_ms": float(m.group(9)) if m.group(9) else None,
         }
         for m in AB_LINE.finditer(text)
     ]
@@ -127,11 +133,23 @@ def count_noise(text: str) -> dict[str, int]:
 
 
 def recovery_detail(text: str, kill_time: float) -> dict[str, float]:
-    """Kill -> the restarted group's first trainop line (Ray Train's part: detection, teardown, workers)."""
+    """Kill -> the restarted group's first trainop line (Ray Train's part: detection, teardown, workers), and
+    what the restarted group's set-up took (runtime, model build, Trainer set-up)."""
+    detail: dict[str, float] = {}
     for match in GROUP_UP_LINE.finditer(text):
         if ts(match.group(1)) > kill_time:
-            return {"kill_to_new_group_s": ts(match.group(1)) - kill_time}
-    return {}
+            detail["kill_to_new_group_s"] = ts(match.group(1)) - kill_time
+            break
+    for match in RUNTIME_UP_LINE.finditer(text):
+        if ts(match.group(1)) > kill_time:
+            detail["restart_runtime_s"] = float(match.group(2))
+            break
+    for match in SETUP_LINE.finditer(text):
+        if ts(match.group(1)) > kill_time:
+            detail["restart_build_s"] = float(match.group(2))
+            detail["restart_trainer_setup_s"] = float(match.group(3))
+            break
+    return detail
 
 
 # -------------------------------------------------------------------------------------------- tables
@@ -143,8 +161,8 @@ def ab_table(results: list[dict[str, Any]]) -> list[str]:
         "",
         "A/B blocks inside one trainer run (same processes; blocks interleaved; each between device syncs):",
         "",
-        "| run | variant | blocks | ms/step (each) | mean ms/step | samples/s | vs default |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| run | variant | blocks | ms/step (each) | mean ms/step | samples/s | vs default | GC ms (max) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     runs = sorted({(b["trainer"], b["workload"], b["world_size"]) for b in blocks})
     for trainer, workload, gpus in runs:
@@ -160,10 +178,13 @@ def ab_table(results: list[dict[str, Any]]) -> list[str]:
             ms = statistics.mean(b["ms_per_step"] for b in items)
             rate = statistics.mean(b["samples_per_second"] for b in items)
             vs = "" if base is None or variant == "default" else f"{100.0 * (base / ms - 1.0):+.2f} % speed"
+            gc_ms = [b["gc_ms"] for b in items if b.get("gc_ms") is not None]
+            gc_max = max((b.get("gc_longest_ms") or 0.0) for b in items)
+            gc_text = f"{sum(gc_ms):.1f} ({gc_max:.1f})" if gc_ms else ""
             lines.append(
                 f"| {trainer}{gpus} {workload} | {variant} | {len(items)} | "
                 + ", ".join(f"{b['ms_per_step']:.2f}" for b in items)
-                + f" | {ms:.3f} | {rate:,.0f} | {vs} |"
+                + f" | {ms:.3f} | {rate:,.0f} | {vs} | {gc_text} |"
             )
     return lines
 

@@ -1122,7 +1122,9 @@ def build_table(results: list[dict[str, Any]], skipped: list[str], gpu_name: str
             f"Recovery (Ray Train, {r['world_size']} GPUs, {r['workload']}, rc={r.get('rc')}): "
             f"worker killed -> restarted group's first line {num.get('kill_to_new_group_s', '-')} s (Ray "
             f"Train: detection, teardown, new workers) -> resumed from step {r.get('resumed_from_step')} at "
-            f"{num.get('kill_to_resume_s', '-')} s (runtime, Trainer set-up, checkpoint load) -> first step "
+            f"{num.get('kill_to_resume_s', '-')} s (runtime {num.get('restart_runtime_s', '-')} s, "
+            f"model {num.get('restart_build_s', '-')} s, Trainer set-up "
+            f"{num.get('restart_trainer_setup_s', '-')} s, checkpoint load) -> first step "
             f"after the resume {num.get('kill_to_first_step_s', '-')} s (first report, step "
             f"{r.get('first_report_step')}: {num.get('kill_to_first_report_s', '-')} s).",
         ]

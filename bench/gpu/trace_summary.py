@@ -431,6 +431,9 @@ def render(runs: dict[str, dict[str, Any]]) -> str:
             )
             + ")"
         )
+        for key in ("gc_tracked_objects", "gc_in_window"):
+            if facts[0].get(key) != facts[1].get(key):
+                differences.append(f"{key}: {facts[0].get(key)} -> {facts[1].get(key)}")
         lines.append(f"\nProcess facts, rank 0, {labels[0]} -> {labels[1]}:")
         lines.extend(f"- {d}" for d in differences)
     return "\n".join(lines)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import gzip
 import json
 import logging
@@ -77,6 +78,8 @@ def process_facts(device: torch.device) -> dict[str, Any]:
         "torch_interop_threads": torch.get_num_interop_threads(),
         "cudnn_benchmark": torch.backends.cudnn.benchmark,
         "threads": dict(sorted(names.items())),
+        "gc_tracked_objects": len(gc.get_objects()),
+        "gc_thresholds": list(gc.get_threshold()),
         "switches": switches.describe(),
         "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(_FACT_PREFIXES)},
     }
@@ -84,6 +87,46 @@ def process_facts(device: torch.device) -> dict[str, Any]:
         facts["gpu"] = torch.cuda.get_device_name(device)
         facts["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())  # type: ignore[no-untyped-call]
     return facts
+
+
+class GcTimer:
+    """Python's garbage collections (every generation) while installed: count, total and longest pause. A
+    collection holds the GIL, so it stalls the training thread whichever thread triggered it."""
+
+    def __init__(self) -> None:
+        self._started: float | None = None
+        self.reset()
+
+    def reset(self) -> None:
+        self.count = 0
+        self.total_s = 0.0
+        self.longest_s = 0.0
+        self.by_generation = [0, 0, 0]
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        elif self._started is not None:
+            pause = time.perf_counter() - self._started
+            self._started = None
+            self.count += 1
+            self.total_s += pause
+            self.longest_s = max(self.longest_s, pause)
+            self.by_generation[min(2, int(info.get("generation", 0)))] += 1
+
+    def install(self) -> None:
+        if self._callback not in gc.callbacks:
+            gc.callbacks.append(self._callback)
+
+    def remove(self) -> None:
+        if self._callback in gc.callbacks:
+            gc.callbacks.remove(self._callback)
+
+    def describe(self) -> str:
+        return (
+            f"gc {self.count} collections (gen0/1/2 {'/'.join(map(str, self.by_generation))}), "
+            f"{1e3 * self.total_s:.1f} ms, longest {1e3 * self.longest_s:.1f} ms"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +180,7 @@ class BenchHooks:
         self._step_range: Any = None
         self._traced = 0
         self._block: tuple[str, int, float] | None = None  # (variant, first step, start time)
+        self._gc = GcTimer()
 
     @classmethod
     def from_env(cls, *, ctx: distributed.WorkerContext, samples_per_step: int) -> BenchHooks:
@@ -158,6 +202,9 @@ class BenchHooks:
         return self._trace is not None or self._ab is not None
 
     def after_step(self, step: int) -> None:
+        if not self.enabled:
+            return
+        self._gc.install()
         if self._ab is not None:
             self._ab_step(step, self._ab)
         if self._trace is not None:
@@ -170,6 +217,7 @@ class BenchHooks:
         if self._block is not None:
             self._block = None
             switches.reset()
+        self._gc.remove()
 
     # ------------------------------------------------------------------------------------------ A/B
     def _sync(self) -> None:
@@ -188,12 +236,13 @@ class BenchHooks:
             steps = step - first
             if self._ctx.is_rank0 and steps > 0:
                 log.info(
-                    "ab block %s steps %d-%d: %.3f ms/step, %.1f samples/s",
+                    "ab block %s steps %d-%d: %.3f ms/step, %.1f samples/s; %s",
                     variant,
                     first,
                     step,
                     1e3 * seconds / steps,
                     self._samples_per_step * steps / seconds,
+                    self._gc.describe(),
                 )
         switches.reset()
         if index == len(plan.variants):
@@ -202,6 +251,7 @@ class BenchHooks:
         variant = plan.variants[index]
         if variant != "default":
             switches.apply(switches.parse(variant))
+        self._gc.reset()
         self._block = (variant, step, time.perf_counter())
 
     # ---------------------------------------------------------------------------------------- trace
@@ -216,6 +266,7 @@ class BenchHooks:
             self._profiler = torch.profiler.profile(activities=activities)
             self._profiler.start()
             _recording = True
+            self._gc.reset()
         else:
             self._step_range.__exit__(None, None, None)
             self._step_range = None
@@ -244,6 +295,12 @@ class BenchHooks:
         raw.unlink()
         facts = process_facts(self._ctx.device)
         facts.update(rank=rank, world_size=self._ctx.world_size, traced_steps=self._traced)
+        facts["gc_in_window"] = {
+            "collections": self._gc.count,
+            "by_generation": self._gc.by_generation,
+            "total_ms": 1e3 * self._gc.total_s,
+            "longest_ms": 1e3 * self._gc.longest_s,
+        }
         (self._trace_dir / f"rank{rank}.env.json").write_text(json.dumps(facts, indent=1) + "\n")
         if self._ctx.is_rank0:
             log.info("trace of %d steps written to %s", self._traced, self._trace_dir)

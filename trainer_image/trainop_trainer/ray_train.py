@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import sys
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -54,11 +55,14 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     from trainop_trainer.runtime import Runtime, WorkerPreempted
     from trainop_trainer.step_schedule import Outcome
 
+    started = time.perf_counter()
     launch = config_module.LaunchSettings.from_dict(loop_config)
     config = launch.config
     ctx = distributed.from_ray()
     configure_logging(rank=ctx.rank)
     runtime = Runtime.start(config=config, ctx=ctx, launch=launch, report_fn=ray.train.report)
+    if ctx.is_rank0:
+        log.info("runtime up in %.1fs (network, metrics, checkpointer, probe)", time.perf_counter() - started)
     try:
         outcome = run_workload(runtime)
     finally:
@@ -83,7 +87,19 @@ def run_workload(runtime: Any) -> Any:
 
     if runtime.spec.workload.entrypoint is not None:
         return user.run(runtime)
-    return Trainer(runtime=runtime, workload=workloads.build(runtime.spec)).train()
+    # Every start of a worker group pays this: its time is part of a recovery (docs/benchmarks-gpu.md).
+    started = time.perf_counter()
+    workload = workloads.build(runtime.spec)
+    built = time.perf_counter()
+    trainer = Trainer(runtime=runtime, workload=workload)
+    if runtime.ctx.is_rank0:
+        log.info(
+            "%s built in %.1fs; trainer set up in %.1fs (device, parallelism, optimizer, data)",
+            workload.name,
+            built - started,
+            time.perf_counter() - built,
+        )
+    return trainer.train()
 
 
 @dataclasses.dataclass(frozen=True)
