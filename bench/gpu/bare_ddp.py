@@ -168,7 +168,10 @@ def run_one(
     sync()
     seconds = time.perf_counter() - start
     if trace_steps and trace_dir is not None:
-        trace(step, first=warmup + steps, count=trace_steps, device=device, directory=trace_dir)
+        try:
+            trace(step, first=warmup + steps, count=trace_steps, device=device, directory=trace_dir)
+        except Exception as exc:  # the timed result stands; the next workloads still run
+            print(f"bare_ddp: trace of {name} not written: {exc}", flush=True)
     batch = int(batches[0][0].shape[0])
     samples_per_second = steps * batch * world_size / seconds
     result: dict[str, Any] = {

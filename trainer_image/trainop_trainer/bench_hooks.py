@@ -85,7 +85,11 @@ def process_facts(device: torch.device) -> dict[str, Any]:
     }
     if device.type == "cuda":
         facts["gpu"] = torch.cuda.get_device_name(device)
-        facts["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())  # type: ignore[no-untyped-call]
+        try:  # a tuple in recent PyTorch, an int in older ones: a fact, never a failure
+            version = torch.cuda.nccl.version()  # type: ignore[no-untyped-call]
+            facts["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+        except Exception as exc:
+            facts["nccl"] = f"unknown ({exc})"
     return facts
 
 
@@ -286,6 +290,21 @@ class BenchHooks:
         self._sync()
         self._profiler.stop()
         _recording = False
+        gc_in_window = {  # before writing the trace, which allocates plenty
+            "collections": self._gc.count,
+            "by_generation": list(self._gc.by_generation),
+            "total_ms": 1e3 * self._gc.total_s,
+            "longest_ms": 1e3 * self._gc.longest_s,
+        }
+        try:
+            self._write_trace(gc_in_window)
+        except Exception as exc:  # a benchmark's trace must never end the training run
+            log.warning("trace of rank %d not written: %s", self._ctx.rank, exc)
+        self._profiler = None
+        self._trace = None
+
+    def _write_trace(self, gc_in_window: dict[str, Any]) -> None:
+        assert self._trace_dir is not None
         rank = self._ctx.rank
         self._trace_dir.mkdir(parents=True, exist_ok=True)
         raw = self._trace_dir / f"rank{rank}.trace.json"
@@ -295,14 +314,7 @@ class BenchHooks:
         raw.unlink()
         facts = process_facts(self._ctx.device)
         facts.update(rank=rank, world_size=self._ctx.world_size, traced_steps=self._traced)
-        facts["gc_in_window"] = {
-            "collections": self._gc.count,
-            "by_generation": self._gc.by_generation,
-            "total_ms": 1e3 * self._gc.total_s,
-            "longest_ms": 1e3 * self._gc.longest_s,
-        }
+        facts["gc_in_window"] = gc_in_window
         (self._trace_dir / f"rank{rank}.env.json").write_text(json.dumps(facts, indent=1) + "\n")
         if self._ctx.is_rank0:
             log.info("trace of %d steps written to %s", self._traced, self._trace_dir)
-        self._profiler = None
-        self._trace = None
