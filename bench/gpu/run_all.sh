@@ -2,9 +2,11 @@
 # The whole GPU benchmark in one device call (docs/benchmarks-gpu.md):
 #   run(command="bash bench/gpu/run_all.sh", kind="nvidia-h100-x2", carry=[".whl"], timeout_s=600)
 # Issue #21 (the trainer within 1 % of bare DDP, with its profile, A/B blocks and recovery), 2 GPUs:
-#   run(command="DEADLINE_S=505 bash bench/gpu/run_all.sh --gpus 1,2 --only bare2,ray2-resnet50,bare1,"
+#   run(command="DEADLINE_S=520 bash bench/gpu/run_all.sh --gpus 1,2 --only bare2,ray2-resnet50,bare1,"
 #       "ray1-resnet50,ray2-resnet50-compile,ray1-resnet50-compile,ray2-gpt-compile,ray1-gpt-compile,ladder2",
 #       kind="nvidia-h100-x2", carry=[".whl"], timeout_s=580)
+# and on 4 GPUs: --gpus 1,2,4 --diagnose-gpus 4 --recovery-gpus 4 with bare4/ray4-* for bare2/ray2-*, ladder4,
+# kind="nvidia-h100-x4" (docs/benchmarks-gpu.md, "Issue #21").
 # Writes $OUT/{log.txt,results.jsonl,table.md,summary.json,logs.tar.gz} (+ profile.md, profile.json and
 # traces.tar.gz when a diagnostic pair ran) and prints the table last (after the profile).
 # Extra arguments go to suite.py (e.g. --only bare1,ray1; --gpus 1,2,4,8; --workloads resnet50). DEADLINE_S
