@@ -77,11 +77,14 @@ class ReportWindow:
         return self._loss_count > 0 or self._samples > 0
 
     def close(self, *, step: int, total_steps: int | None) -> WindowStats:
-        """The window's report, and a new window from now (the report's own cost counts against it)."""
+        """The window's report, and a new window from now (the report's own cost counts against it).
+
+        The loss is read first: that waits for the device to finish the window's steps, so the window's time
+        is the device's, not how far ahead of it the host happened to be."""
+        local_loss = float(self._loss_sum.item()) / self._loss_count if self._loss_count else self.last_loss
         now = time.perf_counter()
         elapsed = max(now - self._start, 1e-9)
         steps = step - self._start_step
-        local_loss = float(self._loss_sum.item()) / self._loss_count if self._loss_count else self.last_loss
         if self._samples:
             self._last_samples_per_second = self._samples * self.world_size / elapsed
         if total_steps is None:

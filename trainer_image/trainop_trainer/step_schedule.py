@@ -5,8 +5,9 @@ every rank knows them without talking. The others are not: rank 0's clocks (``ch
 ``reporting.everySeconds``, the pace of ``ray.train.report``), a SIGTERM seen by any one rank, a stop request
 the driver left on the volume. ``StepSchedule.poll(step)`` merges both kinds into one ``Decision`` that every
 rank receives at the same step, through ``distributed.ControlChannel`` (one tiny asynchronous MAX
-all-reduce per step, read one step later). Training loops act on the ``Decision`` and nothing else; they
-never read clocks or signal flags themselves.
+all-reduce per step, read one step later; every N steps with ``switches`` ``control_every=N``, which a
+benchmark may set). Training loops act on the ``Decision`` and nothing else; they never read clocks or
+signal flags themselves.
 
 It must not checkpoint, report or stop anything itself: it only decides when.
 """
@@ -20,7 +21,7 @@ import pathlib
 import time
 
 from trainop.api import trainingjob
-from trainop_trainer import distributed, preempt
+from trainop_trainer import distributed, preempt, switches
 
 # ray.train.report is a barrier and, in Ray 2.60, blocks while the controller (polling every 2 s) has not
 # consumed the previous report: so status and metrics follow spec.reporting, Ray reports at most this often.
@@ -103,7 +104,9 @@ class StepSchedule:
         overlaps a whole step); step-count-based ones act at once."""
         now = time.monotonic()
         stop_file = due_checkpoint = due_report = due_ray_report = False
-        if self._is_rank0:
+        # Every rank exchanges at the same steps: every step, or those divisible by control_every.
+        exchange = step % switches.control_every() == 0
+        if self._is_rank0 and exchange:
             if now - self._last_stop_file_check >= STOP_FILE_CHECK_INTERVAL_S:
                 self._last_stop_file_check = now
                 self._stop_file_seen = self._stop_file.exists()
@@ -124,12 +127,16 @@ class StepSchedule:
             ):
                 due_ray_report = True
                 self._last_ray_report = now
-        agreed = self._control.exchange(
-            stop=stop_file,
-            preempt=preempt.requested(),
-            checkpoint=due_checkpoint,
-            report=due_report,
-            ray_report=due_ray_report,
+        agreed = (
+            self._control.exchange(
+                stop=stop_file,
+                preempt=preempt.requested(),
+                checkpoint=due_checkpoint,
+                report=due_report,
+                ray_report=due_ray_report,
+            )
+            if exchange
+            else distributed.Agreed()
         )
         stopping = agreed.stop or agreed.preempt
         by_steps = self._checkpoint_steps is not None and step % self._checkpoint_steps == 0

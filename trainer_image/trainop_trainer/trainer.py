@@ -16,6 +16,9 @@ runtime registered every rank's RNG state — and saves with asynchronous stagin
 the state (the forward pass when the model has buffers, else the optimizer step) it waits for the copy to
 finish. Exact resume: the sampler restarts mid-epoch at the same index and every rank's RNG continues; on
 deterministic kernels (CPU) a resumed run is bitwise equal to an uninterrupted one.
+
+Benchmarks can ask, through the environment, for a profiler window or A/B blocks of runtime switches
+(``bench_hooks``); the loop marks its parts (``trainop.data``, ``trainop.control``, ...) for that trace.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ from torch import nn
 from torch.utils.data import default_collate
 
 from trainop.api import resources, trainingjob
-from trainop_trainer import batch_finder, data, parallelize, schedule, stateful
+from trainop_trainer import batch_finder, bench_hooks, data, parallelize, schedule, stateful
+from trainop_trainer.bench_hooks import section
 from trainop_trainer.runtime import Runtime
 from trainop_trainer.step_schedule import Decision, Outcome
 from trainop_trainer.workloads import Batch, Workload
@@ -140,6 +144,10 @@ class Trainer:
         # Buffers change in the forward pass (batch-norm statistics, DDP's buffer broadcast): a checkpoint
         # being staged must then be copied before the next forward, else before the next optimizer step.
         self._stage_before_forward = any(True for _ in self.model.buffers())
+        # Off unless a benchmark's environment asks for a trace window or A/B blocks (bench_hooks).
+        self.bench = bench_hooks.BenchHooks.from_env(
+            ctx=ctx, samples_per_step=self.batch_size * self.accum * ctx.world_size
+        )
 
     # The loop's counters live in the checkpointed parts.
     @property
@@ -272,17 +280,21 @@ class Trainer:
         if self._stage_before_forward:
             self.checkpointer.wait_for_staging()
         last = len(micro_batches) - 1
-        for index, (inputs, targets) in enumerate(micro_batches):
-            loss = self.forward_backward_step(inputs, targets, sync_grads=index == last)
-            self._window.add_loss(loss)
-        if self.hp.gradient_clip_norm is not None:
-            self.scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.hp.gradient_clip_norm, foreach=True)
-        self.checkpointer.wait_for_staging()
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()
+        with section("forward_backward"):
+            for index, (inputs, targets) in enumerate(micro_batches):
+                loss = self.forward_backward_step(inputs, targets, sync_grads=index == last)
+                self._window.add_loss(loss)
+        with section("optimizer"):
+            if self.hp.gradient_clip_norm is not None:
+                self.scaler.unscale_(self.optimizer)
+                torch.nn.utils.clip_grad_norm_(
+                    self.model.parameters(), self.hp.gradient_clip_norm, foreach=True
+                )
+            self.checkpointer.wait_for_staging()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.scheduler.step()
 
     # ------------------------------------------------------------------------------------ checkpoints
     def save_checkpoint(self, *, wait: bool = False) -> None:
@@ -303,13 +315,14 @@ class Trainer:
 
     # --------------------------------------------------------------------------------------- reporting
     def report(self, *, to_ray: bool) -> None:
-        self.reports.report(
-            step=self.step,
-            total_steps=self.total_steps,
-            epoch=self.epoch,
-            to_ray=to_ray,
-            learning_rate=float(self.optimizer.param_groups[0]["lr"]),
-        )
+        with section("report"):
+            self.reports.report(
+                step=self.step,
+                total_steps=self.total_steps,
+                epoch=self.epoch,
+                to_ray=to_ray,
+                learning_rate=float(self.optimizer.param_groups[0]["lr"]),
+            )
 
     # ------------------------------------------------------------------------------------------- loop
     def _epoch_batches(self) -> Iterator[list[Batch]]:
@@ -318,7 +331,8 @@ class Trainer:
         self.sampler.set_start_index(self.batches_in_epoch * self.batch_size)
         batches = iter(self.batches)
         while True:
-            group = list(itertools.islice(batches, self.accum))
+            with section("data"):
+                group = list(itertools.islice(batches, self.accum))
             if len(group) < self.accum:
                 return
             yield group
@@ -353,9 +367,12 @@ class Trainer:
                 self.train_step(group)
                 self.step += 1
                 self.batches_in_epoch += self.accum
-                self.reports.step_finished(self.step, samples=samples_per_step)
-                decision = runtime.schedule.poll(self.step)
+                with section("metrics"):
+                    self.reports.step_finished(self.step, samples=samples_per_step)
+                with section("control"):
+                    decision = runtime.schedule.poll(self.step)
                 self._after_step(decision)
+                self.bench.after_step(self.step)
                 if decision.stop:
                     outcome = decision.outcome
                     break
@@ -367,6 +384,7 @@ class Trainer:
         return self._finish(outcome)
 
     def _finish(self, outcome: Outcome) -> Outcome:
+        self.bench.close()
         if outcome == Outcome.COMPLETED:
             if self.reports.needs_final_report(self.step):
                 self.report(to_ray=True)

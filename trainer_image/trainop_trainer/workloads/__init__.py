@@ -16,12 +16,16 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from trainop.api import trainingjob
+from trainop_trainer import switches
 from trainop_trainer.workloads import datasets, encoders, models
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 _IMAGENET_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 _IMAGENET_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
+# Images reach the model in the job's low-precision dtype on GPUs: autocast (DDP) or FSDP's mixed-precision
+# policy would cast them to it in the first layer anyway.
+_INPUT_DTYPES = {trainingjob.Precision.BF16: torch.bfloat16, trainingjob.Precision.FP16: torch.float16}
 
 
 @dataclasses.dataclass
@@ -51,11 +55,38 @@ def plain_to_device(batch: Batch, device: torch.device) -> Batch:
     return inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
 
 
-class ImageToDevice:
-    """uint8 NCHW -> normalised float on the device, in channels_last when the model wants it."""
+def normalise_images(
+    images: torch.Tensor,
+    mean: torch.Tensor,
+    std: torch.Tensor,
+    *,
+    memory_format: torch.memory_format,
+    dtype: torch.dtype | None,
+) -> torch.Tensor:
+    """``(images - mean) / std`` in float32, in ``memory_format``, rounded once to ``dtype`` (None: float32).
 
-    def __init__(self, *, channels_last: bool) -> None:
+    Two kernels: the subtraction promotes uint8 to float32 and writes the target layout, the division writes
+    the target dtype."""
+    device = images.device
+    centred = torch.empty(images.shape, dtype=torch.float32, device=device, memory_format=memory_format)
+    torch.sub(images, mean, out=centred)
+    if dtype is None or dtype == torch.float32:
+        return centred.div_(std)
+    out = torch.empty(images.shape, dtype=dtype, device=device, memory_format=memory_format)
+    return torch.div(centred, std, out=out)
+
+
+class ImageToDevice:
+    """uint8 NCHW -> normalised on the device, in channels_last when the model wants it.
+
+    ``normalise_images`` on the device; on CUDA the result is in ``dtype`` when given (the job's
+    low-precision dtype, which the first layer would cast to anyway), on the CPU float32 (the bitwise-resume
+    tests compare float32 runs). ``switches`` ``input=f32`` selects the older four-kernel float32 path, kept
+    for comparison: the values are the same."""
+
+    def __init__(self, *, channels_last: bool, dtype: torch.dtype | None = None) -> None:
         self.channels_last = channels_last
+        self.dtype = dtype
         self._stats: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def __call__(self, batch: Batch, device: torch.device) -> Batch:
@@ -66,10 +97,14 @@ class ImageToDevice:
             self._stats[device] = (mean, std)
         mean, std = self._stats[device]
         x = images.to(device, non_blocking=True)
-        if self.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
-        x = x.float().sub_(mean).div_(std)
-        return x, targets.to(device, non_blocking=True)
+        labels = targets.to(device, non_blocking=True)
+        if switches.input_mode() == "f32":
+            if self.channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            return x.float().sub_(mean).div_(std), labels
+        memory_format = torch.channels_last if self.channels_last else torch.contiguous_format
+        dtype = self.dtype if device.type == "cuda" else None
+        return normalise_images(x, mean, std, memory_format=memory_format, dtype=dtype), labels
 
 
 def _images(spec: trainingjob.TrainingJobSpec, seed: int) -> Dataset[Batch]:
@@ -113,6 +148,7 @@ def build(spec: trainingjob.TrainingJobSpec) -> Workload:
         raise ValueError("spec.workload.model is not set: user entrypoints are run by trainop_trainer.user")
     seed = spec.hyperparameters.seed
     ds = workload.dataset
+    input_dtype = _INPUT_DTYPES.get(spec.precision)
     # Parameters are initialised from the job's seed, identically on every rank and every attempt.
     torch.manual_seed(seed)
     if model_name in (trainingjob.BuiltinModel.RESNET18, trainingjob.BuiltinModel.RESNET50):
@@ -122,7 +158,7 @@ def build(spec: trainingjob.TrainingJobSpec) -> Workload:
             model=resnet_model,
             dataset=_images(spec, seed),
             loss_fn=classification_loss,
-            to_device=ImageToDevice(channels_last=True),
+            to_device=ImageToDevice(channels_last=True, dtype=input_dtype),
             channels_last=True,
             blocks=models.block_names(model_name.value, resnet_model),
         )
@@ -133,7 +169,7 @@ def build(spec: trainingjob.TrainingJobSpec) -> Workload:
             model=vit,
             dataset=_images(spec, seed),
             loss_fn=classification_loss,
-            to_device=ImageToDevice(channels_last=False),
+            to_device=ImageToDevice(channels_last=False, dtype=input_dtype),
             blocks=encoders.block_names(vit),
         )
     if model_name == trainingjob.BuiltinModel.BERT_BASE:
