@@ -146,8 +146,8 @@ class Dataset(base.ApiModel):
     Image kinds feed resnet18/resnet50, tokens feeds gpt-small/gpt-tiny, digits feeds mlp."""
     path: str | None = pydantic.Field(
         default=None,
-        description="The data as the pods see it, required by every kind but synthetic and digits: the cifar10 or "
-        "imagefolder directory, or the tokens file. Usually on a volume the pods mount, such as "
+        description="The data as the pods see it, required by every kind but synthetic and digits: the "
+        "cifar10 or imagefolder directory, or the tokens file. Usually on a volume the pods mount, such as "
         "/checkpoints/data/... on the checkpoint claim.",
     )
     num_samples: Annotated[int, pydantic.Field(ge=1)] = pydantic.Field(
