@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import sys
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -174,6 +175,7 @@ def torch_trainer(
         config_json=config_module.dumps(config),
         launch_id=launch_id,
         inject_failure_at_step=inject_failure_at_step,
+        started_at=time.time(),
     )
     return TorchTrainer(
         train_loop_per_worker,

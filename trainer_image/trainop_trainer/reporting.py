@@ -114,6 +114,7 @@ class ProgressReports:
         report_fn: ReportFn | None,
         worker_restarts: int,
         last_checkpoint_step: Callable[[], int | None],
+        on_report: Callable[[int, Mapping[str, float]], None] | None = None,
     ) -> None:
         self.window = ReportWindow(world_size=ctx.world_size, device=ctx.device)
         self._ctx = ctx
@@ -123,6 +124,9 @@ class ProgressReports:
         self._report_fn = report_fn
         self._worker_restarts = worker_restarts
         self._last_checkpoint_step = last_checkpoint_step
+        self._on_report = on_report
+        # Wall time between consecutive optimizer steps since this worker group started (status.cost).
+        self.training_seconds = 0.0
         self._ray_reported_step: int | None = None
         self._last_step_time = time.perf_counter()
         self.last_step = 0
@@ -139,6 +143,7 @@ class ProgressReports:
         samples this rank consumed."""
         now = time.perf_counter()
         self._metrics.step_seconds.observe(now - self._last_step_time)
+        self.training_seconds += now - self._last_step_time
         self._last_step_time = now
         self.last_step = step
         if samples:
@@ -193,6 +198,19 @@ class ProgressReports:
                 batch_size_per_worker=self.batch_size_per_worker,
                 learning_rate=learning_rate,
             )
+        if self._on_report is not None:
+            values_for_tracking: dict[str, float] = {"epoch": float(epoch)}
+            if loss is not None:
+                values_for_tracking["loss"] = loss
+            if sps is not None:
+                values_for_tracking["samples_per_second"] = sps
+            if learning_rate is not None:
+                values_for_tracking["learning_rate"] = learning_rate
+            values_for_tracking.update(extra or {})
+            try:
+                self._on_report(step, values_for_tracking)
+            except Exception:
+                log.exception("report hook failed (training goes on)")
         if self._report_fn is not None and to_ray:
             values: dict[str, Any] = {"step": step, "epoch": epoch}
             if loss is not None:

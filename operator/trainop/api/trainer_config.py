@@ -102,6 +102,9 @@ class TrainerConfig(base.ApiModel):
         default=None, description="Set in a cluster; None in local mode (status goes to the terminal)."
     )
     pricing: Pricing = pydantic.Field(default_factory=Pricing)
+    tracking_parent_run_id: str | None = pydantic.Field(
+        default=None, description="A sweep's MLflow parent run: a trial's run becomes its child."
+    )
 
 
 class SweepConfig(base.ApiModel):
