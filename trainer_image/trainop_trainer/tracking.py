@@ -205,11 +205,18 @@ class MlflowRun:
             self._send_metrics()
             self.client.set_terminated(self.run_id, status="FINISHED")
 
+    def flush(self, timeout_s: float = 10.0) -> None:
+        """Wait (up to ``timeout_s``) until everything queued so far was handled."""
+        deadline = time.monotonic() + timeout_s
+        while self._queue.unfinished_tasks and time.monotonic() < deadline and self._thread.is_alive():
+            time.sleep(0.05)
+
     def _run(self) -> None:
         backoff = 0.0
         while True:
             kind, payload = self._queue.get()
             if kind == "stop":
+                self._queue.task_done()
                 return
             try:
                 self._handle(kind, payload)
@@ -224,6 +231,8 @@ class MlflowRun:
                     backoff,
                 )
                 time.sleep(backoff)
+            finally:
+                self._queue.task_done()
 
     def close(self, *, completed: bool, timeout_s: float = 30.0) -> None:
         if completed:
@@ -320,6 +329,10 @@ class Tracking:
     def checkpoint(self, kind: str, *, path: str, step: int, metrics: Mapping[str, float]) -> None:
         if self.mlflow is not None:
             self.mlflow.checkpoint(kind, path=path, step=step, metrics=metrics)
+
+    def flush(self) -> None:
+        if self.mlflow is not None:
+            self.mlflow.flush()
 
     def close(self, *, completed: bool) -> None:
         if self.mlflow is not None:

@@ -58,9 +58,10 @@ class EntrypointError(ValueError):
     """``spec.workload.entrypoint`` does not name a callable."""
 
 
-def resolve(entrypoint: str) -> UserFunction:
-    """Import ``pkg.module`` and return its ``function``; ``EntrypointError`` (one sentence) otherwise."""
-    field = f"spec.workload.entrypoint {entrypoint!r}"
+def resolve(entrypoint: str, *, field_name: str = "spec.workload.entrypoint") -> UserFunction:
+    """Import ``pkg.module`` and return its ``function``; ``EntrypointError`` (one sentence, naming
+    ``field_name``) otherwise."""
+    field = f"{field_name} {entrypoint!r}"
     module_name, sep, attr = entrypoint.partition(":")
     if not sep or not module_name or not attr:
         raise EntrypointError(f"{field} must have the form 'pkg.module:function'; add the ':function' part")
