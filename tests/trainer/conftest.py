@@ -3,7 +3,8 @@
 Ray start-up is slow on small machines, so the runtime is started once, with more logical CPUs than cores
 (Ray Train's controller and helpers must never wait for a CPU: with logical CPUs equal to 2 cores it
 deadlocks). Ray Train polls its workers every 2 s by default; the tests make it poll every 0.5 s and skip
-the preemption watcher actor, to spend less time waiting. Helpers live in ``trainer_support.py``.
+the preemption watcher actor, to spend less time waiting. Helpers live in ``trainer_support.py``; the
+tracking tests share one real MLflow server (``mlflow_server.py``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
+import mlflow_server as mlflow_server_module
 import pytest
 
 # Read by Ray Train's controller from the driver's environment when fit() starts.
@@ -37,3 +39,10 @@ def ray_cluster() -> Iterator[str]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[mlflow_server_module.MlflowServer]:
+    """A real MLflow tracking server (``mlflow server``, SQLite backend) shared by the tracking tests."""
+    with mlflow_server_module.running(tmp_path_factory.mktemp("mlflow")) as server:
+        yield server
