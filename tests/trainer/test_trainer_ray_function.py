@@ -105,7 +105,9 @@ def test_an_unmodified_ray_train_function_gets_status_checkpoints_and_resumes_af
 
     status = trainer_support.status(config)
     assert status["progress"]["epoch"] == 11 and status["progress"]["workerRestarts"] == 1
-    assert status["evaluation"]["metrics"]["accuracy"] > 0.8, status["evaluation"]  # the tutorial's test split
+    assert status["evaluation"]["metrics"]["accuracy"] > 0.8, status[
+        "evaluation"
+    ]  # the tutorial's test split
     checkpoint = pathlib.Path(status["checkpoint"]["path"])
     assert (checkpoint / "checkpoint.pt").is_file() and checkpoint.parent == trainer_support.run_dir(config)
     assert status["cost"]["allocatedSeconds"] >= status["cost"]["trainingSeconds"] > 0

@@ -210,14 +210,21 @@ class Profiler:
             self._event("ProfileFailed", message, "Warning")
 
     def _begin(self, step: int, steps: int) -> None:
-        from torch.profiler import ProfilerActivity, profile
+        from torch.profiler import ProfilerActivity, profile, schedule
 
         activities = [ProfilerActivity.CPU]
         if self.ctx.device.type == "cuda":
             activities.append(ProfilerActivity.CUDA)
         self._start_step, self._end_step = step + 1, step + steps
         self._dir = self.profiles_dir / f"step{self._start_step}-{self._end_step}"
-        self._profile = profile(activities=activities, record_shapes=False, with_stack=False)
+        # A schedule makes the profiler mark each step (ProfilerStep#N) in the trace; one step longer than
+        # the window so that it never closes on its own: _finish stops it after the last step.
+        self._profile = profile(
+            activities=activities,
+            schedule=schedule(wait=0, warmup=0, active=steps + 1, repeat=1),
+            record_shapes=False,
+            with_stack=False,
+        )
         self._profile.start()
         if self.ctx.is_rank0:
             log.info("profiling steps %d-%d on every rank", self._start_step, self._end_step)
