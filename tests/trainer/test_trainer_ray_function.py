@@ -55,12 +55,12 @@ class KillAfterFirstCheckpoint(threading.Thread):
         super().__init__(daemon=True)
         self.config, self.pid_dir = config, pid_dir
         self.killed_after_epoch: int | None = None
-        self._stop = threading.Event()
+        self._done = threading.Event()
 
     def run(self) -> None:
         events = trainer_support.run_dir(self.config) / "trainop" / "events.jsonl"
         pid_file = self.pid_dir / f"{self.config.run_name}-rank1.pid"
-        while not self._stop.wait(0.1):
+        while not self._done.wait(0.1):
             try:
                 reports = [e for e in trainer_support.events(self.config) if e["event"] == "report"]
             except (OSError, ValueError):
@@ -71,11 +71,11 @@ class KillAfterFirstCheckpoint(threading.Thread):
                 return
 
     def stop(self) -> None:
-        self._stop.set()
+        self._done.set()
         self.join()
 
 
-def test_an_unmodified_ray_train_function_gets_status_checkpoints_and_resumes_after_a_kill_and_in_a_new_attempt(
+def test_an_unmodified_ray_train_function_gets_status_and_resumes_after_a_kill_and_in_a_new_attempt(
     ray_cluster: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pid_dir = tmp_path / "pids"

@@ -23,8 +23,10 @@ package):
 - **Checkpoints** are referenced, never copied (they can be terabytes): tags
   ``trainop.checkpoint.best`` / ``trainop.checkpoint.final`` with the path on the volume, and a small JSON
   artifact (``checkpoints/<kind>.json``: path, step, metrics) per reference.
-- **Sweeps**: a trial's run is a child of the sweep's parent run (``mlflow.parentRunId``), when the sweep
-  driver hands one down (``TrainerConfig.tracking_parent_run_id``).
+- **Sweeps**: the sweep driver opens one parent run per sweep (``open_sweep_run``: tagged
+  ``trainop.sweep``, parameters = the sweep's objective, search and space, continued by every attempt of the
+  sweep like a job's run) and every trial's run is its child (``mlflow.parentRunId``, handed down as
+  ``TrainerConfig.tracking_parent_run_id``).
 
 Calls to the server run on a background thread (latest batches queued, retried with backoff): a slow or
 unreachable server never stalls a training step, and never fails the job (a warning says what is lost).
@@ -243,6 +245,61 @@ class MlflowRun:
         self._thread.join(timeout_s)
         if self._thread.is_alive() or self._pending:
             log.warning("MLflow run %s: %d metric points could not be sent", self.run_id, len(self._pending))
+
+
+def open_sweep_run(config: trainer_config.SweepConfig, *, experiment_dir: pathlib.Path) -> str | None:
+    """The sweep's parent MLflow run (created, or found again by a new attempt of the sweep); None when the
+    template asks for no MLflow or the server cannot be used (trials then log without a parent)."""
+    settings = config.spec.template.tracking.mlflow
+    if settings is None:
+        return None
+    uri = tracking_uri(settings)
+    if uri is None:
+        return None
+    try:
+        from mlflow.entities import Param
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=uri)
+        found = client.get_experiment_by_name(settings.experiment)
+        experiment_id = (
+            found.experiment_id if found is not None else client.create_experiment(settings.experiment)
+        )
+        run_file = experiment_dir / "trainop" / RUN_FILE
+        try:
+            run_id: str | None = json.loads(run_file.read_text())["runId"]
+        except (OSError, ValueError, KeyError):
+            runs = client.search_runs(
+                [experiment_id],
+                filter_string=f"tags.`trainop.sweep` = '{config.experiment_name}'",
+                max_results=1,
+            )
+            run_id = str(runs[0].info.run_id) if runs else None
+        if run_id is None:
+            tags = {
+                "mlflow.runName": config.sweep_name,
+                "trainop.sweep": config.experiment_name,
+                "trainop.run": config.experiment_name,
+                "trainop.namespace": config.status_target.namespace if config.status_target else "",
+            }
+            run_id = str(client.create_run(experiment_id, tags=tags).info.run_id)
+            sweep = config.spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+            sweep.pop("template", None)
+            params = [Param(k, v[:6000]) for k, v in sorted(flatten(sweep).items())]
+            for start in range(0, len(params), 100):
+                client.log_batch(run_id, params=params[start : start + 100])
+            log.info("MLflow parent run %s for sweep %s", run_id, config.sweep_name)
+        run_file.parent.mkdir(parents=True, exist_ok=True)
+        run_file.write_text(json.dumps({"runId": run_id, "experimentId": experiment_id, "uri": uri}))
+        client.set_tag(run_id, "trainop.attempt", str(config.attempt))
+        return run_id
+    except Exception as exc:
+        log.warning(
+            "spec.template.tracking.mlflow: no parent run for the sweep at %s (%s); trials log without one",
+            uri,
+            str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+        )
+        return None
 
 
 class TensorBoardLog:
