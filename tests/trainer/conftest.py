@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-import mlflow_server as mlflow_server_module
 import pytest
+
+from tests import mlflow_server as mlflow_server_module
 
 # Read by Ray Train's controller from the driver's environment when fit() starts.
 _RAY_TRAIN_ENV = {

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 import trainer_support
-from mlflow_server import MlflowServer
 
+from tests.mlflow_server import MlflowServer
 from trainop.api import trainer_config
 from trainop_trainer import checkpoint_store, ray_train
 

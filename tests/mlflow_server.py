@@ -1,8 +1,8 @@
 """A real MLflow tracking server for the tracking tests: ``mlflow server`` on loopback, SQLite backend.
 
-Started once per test session (the ``mlflow_server`` fixture in conftest.py), its database and artifacts
-in a temporary directory; tests assert on what the server stores, through MLflow's own client. Start-up
-runs MLflow's database migrations and takes up to a minute on the 2-core box.
+Started once per test session by the ``mlflow_server`` fixtures of tests/trainer and tests/sweep, its
+database and artifacts in a temporary directory; tests assert on what the server stores, through MLflow's
+own client. Start-up runs MLflow's database migrations and takes up to a minute on the 2-core box.
 """
 
 from __future__ import annotations
