@@ -1,4 +1,5 @@
-"""Profiling on demand on a real kube-apiserver: annotate a running CPU job, get loadable traces.
+"""Profiling on demand on a real kube-apiserver: annotate a running CPU job, get loadable traces (and the
+running job's cost record).
 
 The trainer runs as two real ranks (torchrun, gloo) and authenticates as the job's service account with
 the Role the operator's own builder makes (``children.desired_rbac``): get and patch of this job's status,
@@ -73,7 +74,10 @@ def test_a_profile_annotation_on_a_running_job_yields_a_loadable_trace_per_rank_
         tmp_path, "prof", max_steps=100000, interval_steps=None, interval_minutes=60, every_steps=200
     )
     config = config.model_copy(
-        update={"status_target": trainer_config.StatusTarget(namespace=namespace, name="prof")}
+        update={
+            "status_target": trainer_config.StatusTarget(namespace=namespace, name="prof"),
+            "pricing": trainer_config.Pricing(price_per_gpu_hour=2.0, currency="EUR"),
+        }
     )
     path = trainer_support.write_config(config, tmp_path / "trainer.json")
     log = (tmp_path / "trainer.log").open("w")
@@ -118,6 +122,12 @@ def test_a_profile_annotation_on_a_running_job_yields_a_loadable_trace_per_rank_
             180,
         )
         assert (profile["state"], profile["request"], profile["steps"]) == ("Completed", "5", 5), profile
+
+        # The cost record of the running job: a CPU job allocates no GPU, so no GPU-hours and no cost.
+        cost = status()["cost"]
+        assert cost["allocatedSeconds"] >= cost["trainingSeconds"] > 0, cost
+        assert (cost["gpus"], cost["gpuHours"], cost["estimatedCost"]) == (0, 0.0, 0.0), cost
+        assert (cost["pricePerGpuHour"], cost["currency"]) == (2.0, "EUR")
 
         # The same annotation again is not a new request; a bad value fails in one sentence.
         annotate("many")

@@ -7,7 +7,9 @@
   loss.
 - ``ProgressReports``: publishes a closed window, collectively (every rank, same step): the loss averaged over
   ranks through the control channel, the Prometheus metrics, rank 0's status record, and — when the step
-  schedule says so — ``ray.train.report`` (a barrier across ranks; every rank passes the same flag).
+  schedule says so — ``ray.train.report`` (a barrier across ranks; every rank passes the same flag); rank 0
+  also hands each report to the runtime's hook (tracking backends, ``status.cost``). It sums the wall time
+  between optimizer steps (``training_seconds``, the training share of ``status.cost``).
 
 It must not decide when to report (``step_schedule`` does) nor know about models or data.
 """
