@@ -8,6 +8,7 @@ Train), real Ray, TensorBoard's own event reader, scikit-learn's bundled digits 
 
 from __future__ import annotations
 
+import os
 import pathlib
 import subprocess
 import threading
@@ -202,3 +203,59 @@ def test_evaluation_moves_the_best_checkpoint_survives_retention_and_a_new_attem
     assert {40, 80, 120, 160, 200} <= {m.step for m in accuracy}
     assert min(m.value for m in accuracy if m.step == 40) == pytest.approx(best["value"], abs=1e-6)
     assert run.data.tags["trainop.checkpoint.best.step"] == "40"
+
+
+def test_a_user_entrypoints_evaluate_hook_feeds_status_and_ranks_its_checkpoints(
+    tmp_path: pathlib.Path,
+) -> None:
+    config = trainer_support.mlp_config(
+        tmp_path,
+        "user-evaluates",
+        max_steps=200,
+        interval_steps=100,
+        every_steps=50,
+        workload={"entrypoint": "trainop_example.regression:train", "config": {"slope": 3.0, "bias": -1.0}},
+    )
+    data = config.model_dump(mode="json", by_alias=True)
+    data["spec"]["evaluation"] = {"everySteps": 50}
+    data["spec"]["checkpoint"]["keepLast"] = 1
+    data["spec"]["checkpoint"]["keepBest"] = {"metric": "loss", "mode": "min"}
+    data["spec"]["tracking"] = {"tensorboard": True}
+    config = trainer_config.TrainerConfig.model_validate(data, by_alias=True)
+    path = trainer_support.write_config(config, tmp_path / "trainer.json")
+    done = subprocess.run(
+        [
+            trainer_support.PYTHON,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "trainop_trainer.launch",
+            "--config",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=trainer_support.subprocess_env(
+            OMP_NUM_THREADS="1",
+            PYTHONPATH=os.pathsep.join(
+                p for p in (str(trainer_support.EXAMPLES_USER), os.environ.get("PYTHONPATH")) if p
+            ),
+        ),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+    status = trainer_support.status(config)
+    losses = tensorboard_scalars(trainer_support.run_dir(config) / "tensorboard", "eval/loss")
+    assert [step for step, _ in losses] == [50, 100, 150, 200]  # the hook ran at every evaluation step
+    assert losses[-1][1] < losses[0][1] / 10  # the fit converged on the held-out points
+    assert status["evaluation"]["step"] == 200
+    assert status["evaluation"]["metrics"]["loss"] == pytest.approx(losses[-1][1], rel=1e-5)
+    best_step = min(losses, key=lambda point: point[1])[0]
+    assert status["checkpoint"]["best"]["step"] == best_step
+    # Every evaluated step was checkpointed (keepBest); keepLast 1 kept the newest, and the best.
+    kept = checkpoint_store.CheckpointStore(trainer_support.run_dir(config) / "checkpoints").committed_steps()
+    assert kept == sorted({200, best_step}, reverse=True)

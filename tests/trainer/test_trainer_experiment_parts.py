@@ -211,3 +211,36 @@ def test_the_resolved_spec_becomes_dotted_mlflow_parameters() -> None:
 def test_bus_bandwidth_follows_nccl_tests(op: str, expected: float) -> None:
     # 1 GB in 1 s on 4 ranks: algbw 1 GB/s.
     assert profiling.bus_bandwidth(op, size=10**9, seconds=1.0, world_size=4) == pytest.approx(expected)
+
+
+def _digits_spec(evaluation: dict[str, object]) -> trainingjob.TrainingJobSpec:
+    return trainingjob.TrainingJobSpec.model_validate(
+        {
+            "workload": {"model": "mlp", "dataset": {"kind": "digits"}},
+            "hyperparameters": {"maxSteps": 10},
+            "evaluation": evaluation,
+        }
+    )
+
+
+def test_a_workload_with_evaluation_holds_out_a_split_or_reads_the_evaluation_dataset() -> None:
+    from trainop_trainer import workloads
+
+    split = workloads.build(_digits_spec({"everySteps": 5, "holdoutFraction": 0.2}))
+    assert (len(split.dataset), len(split.eval_dataset or [])) == (1438, 359)  # type: ignore[arg-type]
+    separate = workloads.build(_digits_spec({"everySteps": 5, "dataset": {"kind": "digits"}}))
+    assert (len(separate.dataset), len(separate.eval_dataset or [])) == (1797, 1797)  # type: ignore[arg-type]
+    assert workloads.build(_digits_spec({"everySteps": 5})).task == "classification"
+
+
+def test_digits_with_another_class_count_is_refused_naming_the_field() -> None:
+    from trainop_trainer import workloads
+
+    spec = trainingjob.TrainingJobSpec.model_validate(
+        {
+            "workload": {"model": "mlp", "dataset": {"kind": "digits", "numClasses": 7}},
+            "hyperparameters": {"maxSteps": 1},
+        }
+    )
+    with pytest.raises(ValueError, match=r"spec\.workload\.dataset\.numClasses 7 does not fit kind digits"):
+        workloads.build(spec)

@@ -168,8 +168,10 @@ class ProgressReports:
         to_ray: bool,
         extra: Mapping[str, float] | None = None,
         learning_rate: float | None = None,
+        ray_extra: Mapping[str, float] | None = None,
     ) -> None:
-        """Collective (every rank, same step): close the window and publish it."""
+        """Collective (every rank, same step): close the window and publish it. ``extra`` goes everywhere
+        (a user's own metrics); ``ray_extra`` only to Ray Train (the last evaluation, for Tune)."""
         stats = self.window.close(step=step, total_steps=total_steps)
         loss = None if stats.local_loss is None else self._control.all_reduce_mean(stats.local_loss)
         if loss is not None:
@@ -223,6 +225,7 @@ class ProgressReports:
             if checkpoint_step is not None:
                 values["checkpoint_step"] = checkpoint_step
             values.update(extra or {})
+            values.update(ray_extra or {})
             self._report_fn(values)
         if to_ray:
             self._ray_reported_step = step

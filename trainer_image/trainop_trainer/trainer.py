@@ -335,6 +335,10 @@ class Trainer:
             epoch=self.epoch,
             to_ray=to_ray,
             learning_rate=float(self.optimizer.param_groups[0]["lr"]),
+            # The last evaluation, so that a sweep can optimise a validation metric (eval_accuracy, ...).
+            ray_extra=None
+            if self._evaluation is None
+            else {f"eval_{k}": v for k, v in self._evaluation[1].items()},
         )
 
     # ------------------------------------------------------------------------------------------- loop
