@@ -99,6 +99,7 @@ class Runtime:
         self.requests: requests.RequestWatcher | None = None  # rank 0
         self.events: KubernetesEvents | None = None  # rank 0, in a cluster
         self._best_step: int | None = None
+        self._attempt_tracked = False
         self._completed = False  # the loop completed (tracking marks the run finished)
 
     @classmethod
@@ -178,8 +179,6 @@ class Runtime:
             status=self.status,
             emit_event=self.events.emit if self.events is not None else None,
         )
-        if self.tracking is not None:
-            self.tracking.attempt(0, self.config.attempt)
         self._probe()
 
     def _start_rank0_services(self) -> None:
@@ -247,6 +246,9 @@ class Runtime:
     def _on_report(self, step: int, values: Mapping[str, float]) -> None:
         """Rank 0, after every progress report: tracking and the cost record."""
         if self.tracking is not None:
+            if not self._attempt_tracked:  # the attempt's first report: where its curve starts
+                self.tracking.attempt(step, self.config.attempt)
+                self._attempt_tracked = True
             self.tracking.report(step, values)
         self._publish_cost()
 

@@ -30,6 +30,9 @@ package):
 
 Calls to the server run on a background thread (latest batches queued, retried with backoff): a slow or
 unreachable server never stalls a training step, and never fails the job (a warning says what is lost).
+Opening the run is the one synchronous part (rank 0, before the first step): the client's retries are
+capped (``MLFLOW_HTTP_REQUEST_MAX_RETRIES=2``, ``MLFLOW_HTTP_REQUEST_TIMEOUT=15`` unless set), so an
+unreachable server delays the start by well under a minute and training goes on without MLflow.
 
 TensorBoard (``TensorBoardLog``, ``tensorboardX``'s writer): scalars ``train/*`` and ``eval/*`` to
 ``<run>/tensorboard/`` on the checkpoint volume, one event file per worker-group start.
@@ -58,6 +61,7 @@ GIT_COMMIT_ENV = "TRAINOP_GIT_COMMIT"
 RUN_FILE = "mlflow.json"
 TENSORBOARD_DIR = "tensorboard"
 _MAX_PENDING = 10_000  # metric points kept while the server is unreachable
+_CLIENT_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "15"}
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -85,6 +89,10 @@ class MlflowRun:
     """This job's MLflow run, written from a background thread."""
 
     def __init__(self, *, config: trainer_config.TrainerConfig, run_dir: pathlib.Path, uri: str) -> None:
+        # Opening the run happens on rank 0 before training while the other ranks wait: an unreachable
+        # server must cost seconds, not MLflow's default minutes of retries (a user's setting wins).
+        for key, value in _CLIENT_LIMITS.items():
+            os.environ.setdefault(key, value)
         from mlflow.tracking import MlflowClient
 
         settings = config.spec.tracking.mlflow
