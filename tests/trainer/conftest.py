@@ -30,7 +30,9 @@ def ray_cluster() -> Iterator[str]:
 
     saved = {key: os.environ.get(key) for key in _RAY_TRAIN_ENV}
     os.environ.update(_RAY_TRAIN_ENV)
-    context = ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
+    # address="local": a runtime of our own even when another one runs on this machine (another test run,
+    # a dev cluster); without it ray.init joins that one and refuses num_cpus.
+    context = ray.init(address="local", num_cpus=8, include_dashboard=False, log_to_driver=False)
     try:
         yield str(context.address_info["gcs_address"])
     finally:
