@@ -5,7 +5,8 @@ The trainer runs as two real ranks (torchrun, gloo) and authenticates as the job
 the Role the operator's own builder makes (``children.desired_rbac``): get and patch of this job's status,
 create of Events. A user's ``kubectl annotate trainingjob prof trainop.dev/profile=5`` is a merge patch of
 the annotations here; the test then reads ``status.profile``, loads every rank's Chrome trace with
-``json`` and checks the profiler recorded training steps and gloo collectives, and finds the Event.
+``json`` and checks the profiler recorded training steps and gloo collectives, and finds the Event; a
+``trainop.dev/communication-report`` annotation gives ``status.communication`` and its JSON file.
 Needs the control-plane tier (tests/controlplane).
 """
 
@@ -129,7 +130,21 @@ def test_a_profile_annotation_on_a_running_job_yields_a_loadable_trace_per_rank_
         assert (cost["gpus"], cost["gpuHours"], cost["estimatedCost"]) == (0, 0.0, 0.0), cost
         assert (cost["pricePerGpuHour"], cost["currency"]) == (2.0, "EUR")
 
-        # The same annotation again is not a new request; a bad value fails in one sentence.
+        # A one-off communication report: every op at every size, bus bandwidth measured.
+        patch = {"metadata": {"annotations": {"trainop.dev/communication-report": "first"}}}
+        api.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "prof", patch)
+        report = _wait_for("status.communication", lambda: status().get("communication"), 120)
+        assert (report["request"], report["backend"], report["worldSize"]) == ("first", "gloo", 2)
+        measured = {(r["op"], r["bytes"]) for r in report["results"]}
+        assert measured == {
+            (op, size)
+            for op in ("all_reduce", "all_gather", "broadcast")
+            for size in (64 << 10, 1 << 20, 8 << 20)
+        }
+        assert all(r["busBandwidthGBPerSecond"] > 0 and r["seconds"] > 0 for r in report["results"])
+        assert json.loads(pathlib.Path(report["path"]).read_text())["results"] == report["results"]
+
+        # A bad profile value fails in one sentence.
         annotate("many")
         failed = _wait_for(
             "status.profile Failed",
@@ -154,7 +169,11 @@ def test_a_profile_annotation_on_a_running_job_yields_a_loadable_trace_per_rank_
 
     events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=prof").items
     reasons = {(e.reason, e.type) for e in events}
-    assert ("Profiled", "Normal") in reasons and ("ProfileFailed", "Warning") in reasons, reasons
+    assert {
+        ("Profiled", "Normal"),
+        ("ProfileFailed", "Warning"),
+        ("CommunicationReport", "Normal"),
+    } <= reasons
     profiled = next(e for e in events if e.reason == "Profiled")
     assert profiled.involved_object.uid == body["metadata"]["uid"]
     assert str(traces) in profiled.message
