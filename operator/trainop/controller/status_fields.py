@@ -3,9 +3,10 @@
 The operator and the trainer's rank 0 (or a sweep's driver) write disjoint subtrees of the same status:
 the operator ``phase``, ``conditions``, ``attempt``, ``restarts``, ``failures``, ``children`` and the
 times; the trainer ``progress``, ``checkpoint``, ``network``, ``cost`` and the experiment records
-``evaluation``, ``profile``, ``communication``, ``tracking`` (a sweep's driver ``trials``, ``bestTrial``). :class:`OwnedStatus` reads only the operator's keys, and :func:`merge_patch` is computed
-from what is stored to what is wanted, so the trainer's keys are never in a patch the operator sends
-and can never be overwritten by it.
+``evaluation``, ``profile``, ``communication``, ``tracking`` (a sweep's driver ``trials``, ``bestTrial``).
+:class:`OwnedStatus` reads only the operator's keys, and :func:`merge_patch` is computed from what is
+stored to what is wanted, so the trainer's keys are never in a patch the operator sends and can never be
+overwritten by it.
 
 This module must not talk to the API.
 """
