@@ -20,7 +20,7 @@ from e2e.scenario import Scenario, ScriptRun, acts, phase
 pytestmark = pytest.mark.e2e
 
 MANIFESTS = Path(__file__).parent / "manifests"
-START_TIMEOUT_S = 420  # apply -> Running: a Ray cluster of 3 pods on 2 shared cores (KubeRay probes time out under load)
+START_TIMEOUT_S = 420  # apply -> Running: 3 Ray pods on 2 shared cores (KubeRay probes time out under load)
 RUN_TIMEOUT_S = 600
 LONG_STEPS: int = yaml.safe_load((MANIFESTS / "mlp-long.yaml").read_text())["spec"]["hyperparameters"][
     "maxSteps"

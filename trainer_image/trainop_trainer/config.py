@@ -114,6 +114,8 @@ class LaunchSettings:
     config_json: str
     launch_id: str
     inject_failure_at_step: int | None = None
+    # When the driver started (Unix time): the start of this launch's allocated time (cost.py).
+    started_at: float | None = None
 
     @property
     def config(self) -> trainer_config.TrainerConfig:

@@ -196,6 +196,7 @@ def torch_trainer(
         config_json=config_module.dumps(config),
         launch_id=launch_id,
         inject_failure_at_step=inject_failure_at_step,
+        started_at=time.time(),
     )
     return TorchTrainer(
         train_loop_per_worker,
@@ -226,6 +227,11 @@ def run(config: trainer_config.TrainerConfig, *, inject_failure_at_step: int | N
         user.resolve(spec.workload.entrypoint)  # fail before any worker starts
     storage_path = os.path.abspath(config.storage_path)
     config = config.model_copy(update={"storage_path": storage_path})
+    if spec.workload.ray_train is not None:
+        from trainop_trainer import raytrain_function
+
+        outcome, error = raytrain_function.run(config, worker_env=worker_env(config))
+        return RunResult(outcome=outcome, step=None, error=error)
     launch_id = uuid.uuid4().hex
     trainer = torch_trainer(config, launch_id=launch_id, inject_failure_at_step=inject_failure_at_step)
     log.info("starting %s", config_module.describe(config))

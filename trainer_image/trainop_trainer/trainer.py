@@ -10,6 +10,12 @@ the last micro-batch of a gradient-accumulation group (DDP's ``no_sync``, FSDP2'
 ``set_requires_gradient_sync``). ``ray.train.report`` runs only at report time (``spec.reporting``), never
 per step: it is a barrier across ranks.
 
+Evaluation (``spec.evaluation``): after the steps ``evaluation.Evaluator.due`` names (every rank the
+same), the model is evaluated on the held-out split or the evaluation dataset, before that step's report
+and checkpoint; the numbers go to ``status.evaluation``, the metrics and the tracking backends, and into
+the checkpoint's manifest when that step is checkpointed. With ``checkpoint.keepBest`` every evaluated
+step is also checkpointed, so the best model is always on the volume.
+
 Checkpoints: the Trainer registers its parts with the runtime's ``Checkpointer`` — model, optimizer, LR
 schedule, grad scaler, train state (the step), sampler position (epoch, micro-batches consumed in it); the
 runtime registered every rank's RNG state — and saves with asynchronous staging: before it next changes
@@ -34,7 +40,7 @@ from torch import nn
 from torch.utils.data import default_collate
 
 from trainop.api import resources, trainingjob
-from trainop_trainer import batch_finder, bench_hooks, data, parallelize, schedule, stateful
+from trainop_trainer import batch_finder, bench_hooks, data, evaluation, parallelize, schedule, stateful
 from trainop_trainer.bench_hooks import section
 from trainop_trainer.runtime import Runtime
 from trainop_trainer.step_schedule import Decision, Outcome
@@ -141,6 +147,25 @@ class Trainer:
             (stateful.SAMPLER, self.position),
         ):
             self.checkpointer.register(name, part)
+        self.evaluator: evaluation.Evaluator | None = None
+        if spec.evaluation is not None and workload.eval_dataset is not None:
+            self.evaluator = evaluation.Evaluator(
+                evaluation=spec.evaluation,
+                dataset=workload.eval_dataset,
+                task=workload.task,
+                ctx=ctx,
+                batch_size=self.batch_size,
+                to_device=workload.to_device,
+                autocast=self._autocast,
+                steps_per_epoch=self.steps_per_epoch,
+                total_steps=self.total_steps,
+            )
+        # DDP's wrapper would synchronise buffers in an evaluation's forward pass: evaluate the bare module.
+        # FSDP's sharded model is its own train model (its forward pass gathers the shards).
+        self.eval_model = (
+            self.model if self.parallel.strategy == trainingjob.ParallelismStrategy.DDP else self.train_model
+        )
+        self._evaluation: tuple[int, dict[str, float]] | None = None  # (step, metrics) of the last one
         # Buffers change in the forward pass (batch-norm statistics, DDP's buffer broadcast): a checkpoint
         # being staged must then be copied before the next forward, else before the next optimizer step.
         self._stage_before_forward = any(True for _ in self.model.buffers())
@@ -308,6 +333,7 @@ class Trainer:
             metrics={} if self.reports.last_loss is None else {"loss": self.reports.last_loss},
             wait=wait,
             async_staging=True,
+            evaluation=self._evaluation[1] if self._evaluation and self._evaluation[0] == self.step else None,
         )
 
     def restore(self) -> None:
@@ -322,6 +348,10 @@ class Trainer:
                 epoch=self.epoch,
                 to_ray=to_ray,
                 learning_rate=float(self.optimizer.param_groups[0]["lr"]),
+                # The last evaluation, so that a sweep can optimise a validation metric (eval_accuracy, ...).
+                ray_extra=None
+                if self._evaluation is None
+                else {f"eval_{k}": v for k, v in self._evaluation[1].items()},
             )
 
     # ------------------------------------------------------------------------------------------- loop
@@ -337,12 +367,28 @@ class Trainer:
                 return
             yield group
 
+    def evaluate(self) -> dict[str, float]:
+        """Collective: evaluate the model now and publish the numbers."""
+        assert self.evaluator is not None
+        self.checkpointer.wait_for_staging()  # a checkpoint being staged must see the state as it was
+        metrics = self.evaluator.evaluate(self.eval_model)
+        self.evaluator.last_step = self.step
+        self._evaluation = (self.step, {k: v for k, v in metrics.items() if k != "samples"})
+        self.runtime.publish_evaluation(step=self.step, epoch=self.epoch, metrics=metrics)
+        return metrics
+
     def _after_step(self, decision: Decision) -> None:
+        evaluated = False
+        if self.evaluator is not None and not decision.stop and self.evaluator.due(self.step):
+            self.evaluate()
+            evaluated = True
         if decision.report:
             self.report(to_ray=decision.ray_report)
-        if decision.checkpoint:
+        checkpoint = decision.checkpoint or (evaluated and self.spec.checkpoint.keep_best is not None)
+        if checkpoint:
             self.save_checkpoint(wait=decision.stop)
-        self.runtime.injector.after_step(self.step, checkpointed_now=decision.checkpoint)
+        self.runtime.injector.after_step(self.step, checkpointed_now=checkpoint)
+        self.runtime.profiler.after_step(self.step, decision)
 
     def train(self) -> Outcome:
         self.restore()
@@ -390,7 +436,7 @@ class Trainer:
                 self.report(to_ray=True)
             if self.checkpointer.last_step != self.step:
                 self.save_checkpoint(wait=True)
-        self.runtime.record.outcome(outcome.value, self.step)
+        self.runtime.finish(outcome, self.step)
         if self.ctx.is_rank0:
             log.info("training %s at step %d of %d", outcome.value, self.step, self.total_steps)
         return outcome

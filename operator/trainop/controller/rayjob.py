@@ -72,6 +72,8 @@ LOG_CONTAINER_RESOURCES = {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits
 WORKER_CONTAINER = "ray-worker"
 WORKER_GROUP = "workers"
 CONFIG_DIR = "/etc/trainop"
+# spec.tracking.mlflow.trackingUriSecret reaches the trainer as this variable (trainop_trainer.tracking).
+MLFLOW_TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
 # The Ray head runs the entrypoint, the dashboard, GCS and Ray Train's controller, no training. Its memory
 # request is what those processes used at their peak on the CPU demo (about 2.9 GiB, docs/operator.md);
 # the limit, which Ray sees as the node's memory, leaves room for larger jobs' controller state.
@@ -264,10 +266,21 @@ def _container(
         if spec.reporting.metrics_port != RAY_METRICS_PORT:
             # Naming our port "metrics" stops KubeRay from adding Ray's own; declare that one explicitly.
             ports.append({"name": "ray-metrics", "containerPort": RAY_METRICS_PORT, "protocol": "TCP"})
+    env_list: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(env.items())]
+    mlflow = spec.tracking.mlflow
+    if mlflow is not None and mlflow.tracking_uri_secret is not None:
+        # The tracking URI may hold credentials: read from the Secret by the kubelet, never in the spec.
+        secret = mlflow.tracking_uri_secret
+        env_list.append(
+            {
+                "name": MLFLOW_TRACKING_URI_ENV,
+                "valueFrom": {"secretKeyRef": {"name": secret.name, "key": secret.key}},
+            }
+        )
     container: dict[str, Any] = {
         "name": HEAD_CONTAINER if head else WORKER_CONTAINER,
         "image": spec.image,
-        "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+        "env": env_list,
         "resources": requests_limits,
         "volumeMounts": [
             {"name": VOLUME_CHECKPOINTS, "mountPath": trainer_config.CHECKPOINT_MOUNT_PATH},
