@@ -13,6 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.objectstore.fixtures import s3_bucket, s3_server  # noqa: F401  (fixtures of the S3 tests)
+
 # Read by Ray Train's controller from the driver's environment when fit() starts.
 _RAY_TRAIN_ENV = {
     "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5",

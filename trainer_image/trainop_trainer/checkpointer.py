@@ -33,6 +33,7 @@ import dataclasses
 import inspect
 import io
 import logging
+import os
 import pathlib
 import time
 from collections.abc import Callable, Mapping
@@ -44,8 +45,9 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
 
-from trainop_trainer import checkpoint_legacy, distributed, run_record, stateful
+from trainop_trainer import checkpoint_legacy, dcp_storage, distributed, run_record, stateful
 from trainop_trainer.checkpoint_store import Checkpoint, CheckpointError, CheckpointStore, Manifest
+from trainop_trainer.storage import StoragePath
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +82,7 @@ class Checkpointer:
     def __init__(
         self,
         *,
-        root: pathlib.Path,
+        root: str | os.PathLike[str] | StoragePath,
         ctx: distributed.WorkerContext,
         keep_last: int,
         record: run_record.RunRecord,
@@ -189,7 +191,7 @@ class Checkpointer:
             options["async_stager"] = self._stager(async_staging)
         if self._group is None:
             options["no_dist"] = True
-        response: Any = dcp_async_save(self._state_to_save(), checkpoint_id=str(path), **options)
+        response: Any = dcp_async_save(self._state_to_save(), **_where(path, writing=True), **options)
         staging: concurrent.futures.Future[Any] | None = getattr(response, "staging_completion", None)
         upload: concurrent.futures.Future[Any] = getattr(response, "upload_completion", response)
         committed = self._committer.submit(self._commit, upload, manifest, path, started)
@@ -223,7 +225,7 @@ class Checkpointer:
             log.info("checkpoint step %d: %.3fs on the training thread", flight.step, flight.stall)
 
     def _commit(
-        self, upload: concurrent.futures.Future[Any], manifest: Manifest, path: pathlib.Path, started: float
+        self, upload: concurrent.futures.Future[Any], manifest: Manifest, path: StoragePath, started: float
     ) -> Checkpoint:
         upload.result()  # every rank's data written, rank 0 wrote .metadata: committed
         seconds = time.perf_counter() - started
@@ -315,10 +317,10 @@ class Checkpointer:
             self._record.resumed(step=manifest.step, path=str(path))
         return saved
 
-    def _load_parts(self, path: pathlib.Path, manifest: Manifest) -> None:
+    def _load_parts(self, path: StoragePath, manifest: Manifest) -> None:
         rank = self._ctx.rank
-        if manifest.legacy:
-            checkpoint_legacy.load_into(self._parts, path, manifest, rank=rank)
+        if manifest.legacy:  # format 1 only ever existed on volumes
+            checkpoint_legacy.load_into(self._parts, pathlib.Path(path.path), manifest, rank=rank)
             return
         templated: dict[str, Any] = {}
         template_free: dict[str, stateful.Part] = {}
@@ -341,13 +343,16 @@ class Checkpointer:
                 )
         if templated:
             dcp_load(
-                templated, checkpoint_id=str(path), process_group=self._group, no_dist=self._group is None
+                templated,
+                **_where(path, writing=False),
+                process_group=self._group,
+                no_dist=self._group is None,
             )
         if template_free:
             from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
 
             loaded = _load_state_dict_from_keys(
-                keys=set(template_free), checkpoint_id=str(path), process_group=self._group
+                keys=set(template_free), **_where(path, writing=False), process_group=self._group
             )
             for name, part in template_free.items():
                 part.load_state_dict(loaded.get(name) or {"tree": _empty_tree()})
@@ -360,6 +365,16 @@ class Checkpointer:
             self._committer.shutdown(wait=True)
             for stager in self._stagers.values():
                 stager.close()
+
+
+def _where(path: StoragePath, *, writing: bool) -> dict[str, Any]:
+    """DCP's arguments for a checkpoint directory: its path on the volume (DCP's own file writer and reader,
+    with fsync), or a pyarrow-backed writer or reader for a bucket (``dcp_storage``)."""
+    if path.is_local:
+        return {"checkpoint_id": path.path}
+    if writing:
+        return {"storage_writer": dcp_storage.ArrowWriter(path)}
+    return {"storage_reader": dcp_storage.ArrowReader(path)}
 
 
 def _first_line(exc: BaseException) -> str:

@@ -2,8 +2,11 @@
 
 Driver (``run``): ``ScalingConfig`` from ``config.scaling_for`` (one worker per GPU),
 ``RunConfig(name=runName, storage_path=storagePath, failure_config=FailureConfig(max_failures=...))`` with
-``spec.failurePolicy.maxWorkerFailures``. Failures inside an attempt are Ray Train's: it restarts the
-worker group, and the workers resume from the newest valid checkpoint in
+``spec.failurePolicy.maxWorkerFailures``; with checkpoints in a bucket, ``storage_path`` is ``bucket/prefix``
+on a pyarrow ``S3FileSystem`` (``storage_filesystem``), so Ray Train's own files go where the checkpoints go
+and no Ray node needs a shared volume (``__main__`` first runs ``check_storage``: a test object written
+where the checkpoints go, the verdict reported as ``status.storage``). Failures inside an attempt are Ray
+Train's: it restarts the worker group, and the workers resume from the newest valid checkpoint in
 ``<storagePath>/<runName>/checkpoints``. A new attempt is a new ``TorchTrainer`` with the same name and
 storage path; it finds the same checkpoints (``checkpoint.py`` says why Ray's own registry is not used).
 
@@ -15,7 +18,8 @@ Worker (``train_loop_per_worker``): read the launch settings, start the ``Runtim
 
 Environment for the workers (``RunConfig.worker_runtime_env``): the NCCL profile's variables when the profile
 is explicit (``auto`` is resolved on each node by the worker), ``PYTHONPATH`` and ``TRAINOP_PID_DIR`` of the
-driver if set, so user packages and the preStop hook work the same way locally.
+driver if set, so user packages and the preStop hook work the same way locally. Never the bucket
+credentials: a runtime env is visible on Ray's dashboard; every Ray container has them from the Secret.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from typing import Any
 
 from trainop.api import trainer_config
 from trainop_trainer import config as config_module
-from trainop_trainer import nccl
+from trainop_trainer import nccl, storage
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +97,34 @@ class RunResult:
         return 1 if self.outcome == "failed" else 0
 
 
+def check_storage(config: trainer_config.TrainerConfig) -> storage.StorageError | None:
+    """Before any worker starts: can this container write where the run's checkpoints go? A test object is
+    written, read back and deleted under ``<storagePath>/<runName>``; the verdict goes to
+    ``status.storage`` (when the config names a status target) and the log. Returns the problem, if any
+    (a missing credentials Secret, a missing bucket, refused keys, an unreachable endpoint)."""
+    from trainop_trainer.status import KubernetesSink, StatusReporter
+
+    location = f"{config.storage_path.rstrip('/')}/{config.run_name}"
+    problem: storage.StorageError | None = None
+    try:
+        storage.check_writable(config_module.paths_for(config).run_dir)
+    except storage.StorageError as exc:
+        problem = exc
+    if problem is None:
+        reason, message = "Writable", f"{location} is writable: a test object was written, read and deleted."
+        log.info("checkpoint storage: %s", message)
+    else:
+        reason, message = problem.reason, problem.message
+        log.error("checkpoint storage %s cannot be used: %s", location, message)
+    if config.status_target is not None:
+        reporter = StatusReporter([KubernetesSink(config.status_target)])
+        reporter.storage(
+            location=location, ready=problem is None, reason=reason, message=message, attempt=config.attempt
+        )
+        reporter.close()
+    return problem
+
+
 def worker_env(config: trainer_config.TrainerConfig) -> dict[str, str]:
     network = config.spec.network
     env = nccl.nccl_env(network.profile.value, network.nccl_env, None)
@@ -145,9 +177,8 @@ def ensure_ray(
 
 
 def _read_outcome(paths: config_module.RunPaths, launch_id: str) -> tuple[str, int | None]:
-    path = paths.run_dir / "trainop" / "outcome.json"
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(paths.outcome_file.read_text())
     except (OSError, ValueError):
         return "completed", None
     if data.get("launch") != launch_id:
@@ -175,6 +206,10 @@ def torch_trainer(
         launch_id=launch_id,
         inject_failure_at_step=inject_failure_at_step,
     )
+    where: dict[str, Any] = {"storage_path": config.storage_path}
+    root = config_module.paths_for(config).run_dir.parent
+    if isinstance(root, storage.StoragePath):
+        where = {"storage_path": root.path, "storage_filesystem": root.fs}
     return TorchTrainer(
         train_loop_per_worker,
         train_loop_config=launch.to_dict(),
@@ -185,7 +220,7 @@ def torch_trainer(
         ),
         run_config=RunConfig(
             name=config.run_name,
-            storage_path=config.storage_path,
+            **where,
             failure_config=FailureConfig(max_failures=spec.failure_policy.max_worker_failures),
             worker_runtime_env={"env_vars": worker_env(config)},
             callbacks=list(callbacks),
@@ -202,8 +237,8 @@ def run(config: trainer_config.TrainerConfig, *, inject_failure_at_step: int | N
     spec = config.spec
     if spec.workload.entrypoint is not None:
         user.resolve(spec.workload.entrypoint)  # fail before any worker starts
-    storage_path = os.path.abspath(config.storage_path)
-    config = config.model_copy(update={"storage_path": storage_path})
+    if not storage.is_object_uri(config.storage_path):
+        config = config.model_copy(update={"storage_path": os.path.abspath(config.storage_path)})
     launch_id = uuid.uuid4().hex
     trainer = torch_trainer(config, launch_id=launch_id, inject_failure_at_step=inject_failure_at_step)
     log.info("starting %s", config_module.describe(config))

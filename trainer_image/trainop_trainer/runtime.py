@@ -11,7 +11,7 @@ progress reports, the failure injector, and runs the all-reduce probe. A trainin
 - ``reports`` (``reporting.ProgressReports``): the shared report window and its publication;
 - ``checkpointer`` (``checkpointer.Checkpointer``): the loop registers its parts, then ``load`` / ``save``;
 - ``injector`` (``failure_injection.FailureInjector``): the kill-one-worker-once knob;
-- ``record`` (``run_record.RunRecord``): events and the outcome on the volume.
+- ``record`` (``run_record.RunRecord``): events and the outcome beside the checkpoints.
 
 It must not know about models, optimizers or data loaders: those belong to ``trainer.py`` and the user's
 function, which register what a checkpoint holds.
@@ -174,6 +174,7 @@ class Runtime:
     # --------------------------------------------------------------------------------------- shutdown
     def close(self) -> None:
         self.control.drain()
+        self.schedule.close()
         try:
             self.checkpointer.close()
         finally:

@@ -31,7 +31,7 @@ from torch import nn
 from torch.utils.data import default_collate
 
 from trainop.api import resources, trainingjob
-from trainop_trainer import batch_finder, data, parallelize, schedule, stateful
+from trainop_trainer import batch_finder, data, parallelize, schedule, stateful, storage
 from trainop_trainer.runtime import Runtime
 from trainop_trainer.step_schedule import Decision, Outcome
 from trainop_trainer.workloads import Batch, Workload
@@ -180,8 +180,7 @@ class Trainer:
         if choice is None:
             choice = self._find_batch_size()
             if ctx.is_rank0:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(choice.to_json())
+                storage.write_text(path, choice.to_json())
         if ctx.is_rank0:
             batch_finder.log_choice(choice, reused=earlier is not None)
         for group in self.optimizer.param_groups:
