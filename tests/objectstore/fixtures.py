@@ -1,6 +1,7 @@
-"""pytest fixtures of the S3 server: import them into a conftest (``from tests.objectstore.fixtures import
-s3_server``). One server per session, on loopback, over a temporary directory; tests make their own
-buckets (``s3_bucket``), so they never see each other's objects."""
+"""pytest fixtures of the S3 server (registered for every test by the root conftest). One server per
+session, on loopback, over a temporary directory, started only when a test asks for it; tests make their
+own buckets (``s3_bucket``), so they never see each other's objects. The e2e tier starts its own on the
+cluster bed's address (e2e/conftest.py)."""
 
 from __future__ import annotations
 

@@ -17,8 +17,9 @@ Worker (``train_loop_per_worker``): read the launch settings, start the ``Runtim
   ``WorkerPreempted`` so Ray Train restarts the group from that checkpoint.
 
 Environment for the workers (``RunConfig.worker_runtime_env``): the NCCL profile's variables when the profile
-is explicit (``auto`` is resolved on each node by the worker), ``PYTHONPATH`` and ``TRAINOP_PID_DIR`` of the
-driver if set, so user packages and the preStop hook work the same way locally. Never the bucket
+is explicit (``auto`` is resolved on each node by the worker), ``PYTHONPATH``, ``TRAINOP_PID_DIR`` and
+``TRAINOP_DATA_DIR`` of the driver if set, so user packages, the preStop hook and spec.data work the same
+way locally. Never the bucket
 credentials: a runtime env is visible on Ray's dashboard; every Ray container has them from the Secret.
 """
 
@@ -39,7 +40,7 @@ from trainop_trainer import nccl, storage
 
 log = logging.getLogger(__name__)
 
-_FORWARDED_ENV = ("PYTHONPATH", config_module.PID_DIR_ENV)
+_FORWARDED_ENV = ("PYTHONPATH", config_module.PID_DIR_ENV, trainer_config.DATA_DIR_ENV)
 # Where Ray (2.60) says, on every start of a local Ray, that it turned token authentication on.
 _TOKEN_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
 _TOKEN_NOTICE = "Token authentication is enabled for this Ray cluster"

@@ -1,6 +1,8 @@
 """One worker's runtime: the components a training loop uses, wired up in one place.
 
-``Runtime.start`` builds, in this order: the network environment (NCCL profile), the control channel, the
+``Runtime.start`` builds, in this order: the data directory (``data_source``: spec.data, copied from its
+bucket when that is the source; a relative dataset path resolved into it), the network environment (NCCL
+profile), the control channel, the
 metrics endpoint, PID registration and the SIGTERM handler, rank 0's status reporter, the checkpointer
 (with this rank's RNG state registered), the run record (worker-group restarts), the step schedule, the
 progress reports, the failure injector, and runs the all-reduce probe. A training loop — the built-in
@@ -28,7 +30,16 @@ import torch
 
 from trainop.api import trainer_config
 from trainop_trainer import config as config_module
-from trainop_trainer import distributed, metrics, preempt, reporting, run_record, stateful, step_schedule
+from trainop_trainer import (
+    data_source,
+    distributed,
+    metrics,
+    preempt,
+    reporting,
+    run_record,
+    stateful,
+    step_schedule,
+)
 from trainop_trainer.checkpoint_store import Checkpoint
 from trainop_trainer.checkpointer import Checkpointer
 from trainop_trainer.failure_injection import FailureInjector
@@ -70,6 +81,7 @@ class Runtime:
         self.worker_restarts = 0
         self.network_profile = self.spec.network.profile.value
         self.metrics_port: int | None = None
+        self.data_dir: pathlib.Path | None = None
         self._pid_file: pathlib.Path | None = None
 
     @classmethod
@@ -86,6 +98,8 @@ class Runtime:
         return runtime
 
     def _start(self) -> None:
+        self.data_dir = data_source.prepare(self.spec)
+        self.spec = data_source.with_data_dir(self.spec, self.data_dir)
         ctx, spec = self.ctx, self.spec
         plan = distributed.apply_network(spec.network, multi_node=ctx.multi_node)
         self.network_profile = plan.resolved

@@ -48,7 +48,7 @@ RAY_TRAIN_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
 
 
 def s3_env(use: S3Use, key: str) -> str:
-    """The container variable carrying one Secret key for one use: ``TRAINOP_CHECKPOINT_AWS_ACCESS_KEY_ID``."""
+    """The container variable of one Secret key for one use, e.g. ``TRAINOP_CHECKPOINT_AWS_ACCESS_KEY_ID``."""
     return f"TRAINOP_{use}_{key}"
 
 

@@ -599,11 +599,11 @@ class Checkpoint(base.ApiModel):
     """Write a checkpoint every this many minutes of training (rank 0's clock), at most 1440. Default 10: at
     most 10 minutes of training lost to a failure."""
     keep_last: Annotated[int, pydantic.Field(ge=1, le=100)] = 3
-    """Checkpoints kept on the volume; the oldest beyond this number are deleted after each successful write.
-    Default 3, so a corrupt newest checkpoint still leaves older ones to resume from."""
+    """Checkpoints kept (on the volume or in the bucket); the oldest beyond this number are deleted after each
+    successful write. Default 3, so a corrupt newest checkpoint still leaves older ones to resume from."""
     storage: Storage = pydantic.Field(default_factory=Storage)
-    """The volume checkpoints live on, mounted at /checkpoints in every Ray pod. Cannot change while the job
-    exists: a new attempt must find the same checkpoints."""
+    """Where checkpoints live: a volume mounted at /checkpoints in every Ray pod, or an S3 bucket (s3).
+    Cannot change while the job exists: a new attempt must find the same checkpoints."""
 
     @pydantic.model_validator(mode="after")
     def _has_interval(self) -> Checkpoint:
