@@ -40,7 +40,9 @@ def ray_cluster(s3_server: S3Server) -> Iterator[str]:
     }
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
-    context = ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
+    # address="local": a runtime of its own even while other Ray clusters run on this machine (other test
+    # sessions, a cluster bed's Ray pods): without it ray.init joins the newest one and refuses num_cpus.
+    context = ray.init(address="local", num_cpus=8, include_dashboard=False, log_to_driver=False)
     try:
         yield str(context.address_info["gcs_address"])
     finally:
