@@ -25,30 +25,25 @@ from trainop.controller import rayjob
 # Runs inside a Ray pod (the trainer image has Python): wait until the job has a committed checkpoint and
 # a process to kill, then SIGKILL it and print the newest checkpoint step. Waiting *inside the pod* is
 # what makes the kill land in time on any machine: the tiny e2e job trains hundreds of steps per second,
-# faster than an API round trip. A committed checkpoint is a ``step_N`` directory with its commit marker
-# (``manifest.json`` of the format-1 store, ``.metadata`` of torch.distributed.checkpoint).
-#   argv: <checkpoints dir> <"worker"|"driver"> <timeout seconds>
+# faster than an API round trip. Committed means what the trainer in the pod's image says it means
+# (``CheckpointStore.committed_steps``: DCP's ``.metadata`` is there).
+#   argv: <checkpoints dir> <"worker"|"driver"|"none"> <timeout seconds>   ("none": only wait)
 _KILL_AFTER_CHECKPOINT = r"""
-import os, re, signal, sys, time
+import os, pathlib, signal, sys, time
+from trainop_trainer.checkpoint_store import CheckpointStore
 checkpoints, target, timeout = sys.argv[1], sys.argv[2], float(sys.argv[3])
 pid_dir = os.environ.get("TRAINOP_PID_DIR", "/tmp/trainop/pids")
 own_net = os.stat("/proc/self/ns/net").st_ino
 
 def newest_checkpoint():
-    try:
-        names = os.listdir(checkpoints)
-    except OSError:
-        return None
-    markers = ("manifest.json", ".metadata")
-    steps = [
-        int(m.group(1))
-        for n in names
-        if (m := re.fullmatch(r"step_(\d+)", n))
-        and any(os.path.exists(os.path.join(checkpoints, n, marker)) for marker in markers)
-    ]
+    # The trainer's own definition of a committed checkpoint (this image's trainop_trainer).
+    steps = CheckpointStore(pathlib.Path(checkpoints)).committed_steps()
     return max(steps, default=None)
 
+
 def victim():
+    if target == "none":
+        return (0, "nothing")
     if target == "worker":  # a Ray Train worker registered its pid in this pod
         for name in sorted(os.listdir(pid_dir)) if os.path.isdir(pid_dir) else ():
             try:
@@ -72,6 +67,9 @@ deadline = time.monotonic() + timeout
 while time.monotonic() < deadline:
     step, found = newest_checkpoint(), victim()
     if step is not None and found is not None:
+        if target == "none":
+            print(f"found checkpoint step {step}")
+            sys.exit(0)
         os.kill(found[0], signal.SIGKILL)
         print(f"killed {found[0]} ({found[1]}) after checkpoint step {step}")
         sys.exit(0)
@@ -91,9 +89,11 @@ class ClusterFaults:
 
     def kill_after_checkpoint(self, namespace: str, ray_job: str, *, checkpoints: str, target: str) -> str:
         """Once ``checkpoints`` (the path inside the pods) holds a committed checkpoint, SIGKILL a Ray Train
-        worker (``target="worker"``, in the last worker pod) or the entrypoint (``"driver"``, in the head)."""
-        pod = self.pods(namespace, ray_job, "head" if target == "driver" else "worker")[-1]
-        container = rayjob.HEAD_CONTAINER if target == "driver" else rayjob.WORKER_CONTAINER
+        worker (``target="worker"``, in the last worker pod) or the entrypoint (``"driver"``, in the head);
+        ``"none"`` only waits for the checkpoint (in the head)."""
+        on_head = target in ("driver", "none")
+        pod = self.pods(namespace, ray_job, "head" if on_head else "worker")[-1]
+        container = rayjob.HEAD_CONTAINER if on_head else rayjob.WORKER_CONTAINER
         result = self.cluster.kubectl(
             "exec",
             "-n",

@@ -18,8 +18,10 @@ overlaps.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -142,12 +144,9 @@ class Scenario:
         self.timeline.note(
             f"inject: kill {what} of {self.ray_job(attempt)} after a checkpoint (kubectl exec)"
         )
-        checkpoints = (
-            f"{trainer_config.CHECKPOINT_MOUNT_PATH}/{self.name}/checkpoints"  # the run's name is the job's
-        )
         answer = self._noted(
             self.env.faults.kill_after_checkpoint(
-                self.namespace, self.ray_job(attempt), checkpoints=checkpoints, target=target
+                self.namespace, self.ray_job(attempt), checkpoints=self._checkpoints(), target=target
             )
         )
         return int(answer.rsplit("checkpoint step ", 1)[1].split()[0])
@@ -156,6 +155,50 @@ class Scenario:
         """The node is gone (local bed): every process of its pods dies, it stops reporting."""
         self.timeline.note(f"inject: lose node {node} (node agent hook)")
         return self._noted(self.env.faults.lose_node(node))
+
+    def wait_for_checkpoint_on_volume(self, attempt: int) -> int:
+        """Wait (inside the head pod: no API round trips) until the job has a committed checkpoint on its
+        volume; returns the newest checkpoint step."""
+        self.timeline.note(f"wait in the head pod of {self.ray_job(attempt)} for a committed checkpoint")
+        answer = self._noted(
+            self.env.faults.kill_after_checkpoint(
+                self.namespace, self.ray_job(attempt), checkpoints=self._checkpoints(), target="none"
+            )
+        )
+        return int(answer.rsplit("checkpoint step ", 1)[1].split()[0])
+
+    def patch_spec(self, patch: dict[str, Any]) -> None:
+        """``kubectl patch --type merge`` of the owner's spec, as a user changes a running job."""
+        self.timeline.note(f"kubectl patch {PLURAL[self.kind]} {self.name} spec {json.dumps(patch)}")
+        self.cluster.kubectl(
+            "patch",
+            PLURAL[self.kind],
+            self.name,
+            "-n",
+            self.namespace,
+            "--type",
+            "merge",
+            "-p",
+            json.dumps({"spec": patch}),
+        )
+
+    def wait_until_no_ray_pods(self, *, timeout_s: float) -> int:
+        """Wait until the namespace has no Ray pod left (KubeRay deleted the cluster); returns how many are
+        left at the end (0, or the count when the time ran out)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            pods = self.cluster.kubectl_json(
+                "get", "pods", "-n", self.namespace, "-l", "ray.io/is-ray-node=yes"
+            )
+            left = len(pods["items"])
+            if left == 0 or time.monotonic() > deadline:
+                self.timeline.note(f"Ray pods left in the namespace: {left}")
+                return left
+            time.sleep(1)
+
+    def _checkpoints(self) -> str:
+        # The trainer's run is named after the job.
+        return f"{trainer_config.CHECKPOINT_MOUNT_PATH}/{self.name}/checkpoints"
 
     def delete_pod(self, attempt: int, node_type: str) -> str:
         """``kubectl delete pod`` of a running ``node_type`` pod ("head"/"worker") of ``attempt``."""

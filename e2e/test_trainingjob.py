@@ -38,10 +38,14 @@ def checkpoint_step(obj: Obj) -> int:
 
 
 def assert_final_checkpoint_on_claim(run: Scenario, final: Obj) -> None:
-    """The last checkpoint (step maxSteps) is on the job's claim, where status.checkpoint says it is."""
+    """The last checkpoint (step maxSteps) is on the job's claim, committed (torch.distributed.checkpoint's
+    ``.metadata``, with trainop's ``manifest.json`` and one shard file per rank), where status.checkpoint
+    says it is."""
     files = run.env.claims.files(run.namespace, run.claim, f"{run.name}/checkpoints")  # run name = job name
-    assert f"step_{MAX_STEPS}/manifest.json" in files, files
-    assert f"step_{MAX_STEPS}/model.pt" in files, files
+    final_files = {f.removeprefix(f"step_{MAX_STEPS}/") for f in files if f.startswith(f"step_{MAX_STEPS}/")}
+    assert {".metadata", "manifest.json"} <= final_files, files
+    shards = {f for f in final_files if f.endswith(".distcp")}
+    assert len(shards) == scenario_module.world_size(run.document), files
     checkpoint = status(final)["checkpoint"]
     assert checkpoint["step"] == MAX_STEPS
     assert checkpoint["path"].endswith(f"{run.name}/checkpoints/step_{MAX_STEPS}"), checkpoint

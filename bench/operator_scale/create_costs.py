@@ -1,8 +1,9 @@
 """What one create of each child kind costs the kube-apiserver and etcd in CPU, as the cluster admin (a
 client certificate in system:masters) and as the operator's ServiceAccount (bound to exactly
-``rbac.OPERATOR_RULES``, so RBAC's escalation check runs for Roles and RoleBindings).
+``rbac.OPERATOR_RULES``, so RBAC's escalation check runs for Roles and RoleBindings); and, as the
+operator, what a server-side apply costs that creates the object, and one that finds it unchanged.
 
-    .venv/bin/python bench/operator_scale/create_costs.py [N]   # N creates per kind (default 150)
+    .venv/bin/python bench/operator_scale/create_costs.py [N]   # N requests per kind and verb (default 150)
 
 A fresh control plane (with the scale bench's audit policy, so the figures compare with run.py's); CPU
 seconds from /proc. Complements request_costs.py, which replays reads and patches.
@@ -71,15 +72,35 @@ def bodies(kind: str, i: int, tag: str) -> tuple[str, dict[str, Any]]:
     raise KeyError(kind)
 
 
+KINDS = {
+    "configmap": ("v1", "ConfigMap"),
+    "serviceaccount": ("v1", "ServiceAccount"),
+    "role": ("rbac.authorization.k8s.io/v1", "Role"),
+    "rolebinding": ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    "pvc": ("v1", "PersistentVolumeClaim"),
+    "event": ("v1", "Event"),
+}
+
+
 async def run_kind(
-    session: aiohttp.ClientSession, url: str, headers: dict[str, str], kind: str, tag: str
+    session: aiohttp.ClientSession, url: str, headers: dict[str, str], kind: str, tag: str, verb: str = "post"
 ) -> None:
     sem = asyncio.Semaphore(8)
 
     async def one(i: int) -> None:
         path, body = bodies(kind, i, tag)
-        async with sem, session.post(url + path, json=body, headers=headers) as r:
-            assert r.status == 201, (r.status, await r.text())
+        if verb == "post":
+            request = session.post(url + path, json=body, headers=headers)
+        else:  # server-side apply, as the operator sends it
+            api_version, kind_name = KINDS[kind]
+            body = {"apiVersion": api_version, "kind": kind_name, **body}
+            request = session.patch(
+                f"{url}{path}/{body['metadata']['name']}?fieldManager=trainop&force=true&fieldValidation=Strict",
+                json=body,
+                headers={**headers, "Content-Type": "application/apply-patch+yaml"},
+            )
+        async with sem, request as r:
+            assert r.status in (200, 201), (r.status, await r.text())
 
     await asyncio.gather(*(one(i) for i in range(N)))
 
@@ -88,7 +109,7 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         plane, _ = scale.start_plane(Path(tmp))
         try:
-            scale.operator_kubeconfig(plane)
+            scale.operator_kubeconfig(plane, scale.rbac.OPERATOR_RULES)
             token = plane.service_account_token(NS, scale.OPERATOR_SA, expiration_seconds=3600)
             pids = plane.pids()
             ctx_admin = ssl.create_default_context(cafile=str(plane.pki.ca_cert_path))
@@ -98,19 +119,28 @@ async def main() -> None:
                 ("admin", ctx_admin, {}),
                 ("operator-sa", ctx_sa, {"Authorization": f"Bearer {token}"}),
             ]:
+                verbs = [("post", "p")] + (
+                    [("apply", "a"), ("apply again", "a")] if who == "operator-sa" else []
+                )
                 async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as s:
                     for kind in ["configmap", "serviceaccount", "role", "rolebinding", "pvc", "event"]:
-                        before = {c: scale.proc_stat(pids[c])["cpu_s"] for c in ("kube-apiserver", "etcd")}
-                        t = time.monotonic()
-                        await run_kind(s, plane.server_url, headers, kind, who[0])
-                        wall = time.monotonic() - t
-                        after = {c: scale.proc_stat(pids[c])["cpu_s"] for c in before}
-                        spent = {c: 1000 * (after[c] - before[c]) / N for c in before}
-                        print(
-                            f"{who:12s} {kind:15s} apiserver {spent['kube-apiserver']:6.2f} ms  "
-                            f"etcd {spent['etcd']:5.2f} ms  wall {1000 * wall / N:6.2f} ms",
-                            flush=True,
-                        )
+                        for verb, prefix in verbs if kind != "event" else verbs[:1]:
+                            before = {
+                                c: scale.proc_stat(pids[c])["cpu_s"] for c in ("kube-apiserver", "etcd")
+                            }
+                            t = time.monotonic()
+                            await run_kind(
+                                s, plane.server_url, headers, kind, prefix + who[0], verb.split()[0]
+                            )
+                            wall = time.monotonic() - t
+                            after = {c: scale.proc_stat(pids[c])["cpu_s"] for c in before}
+                            spent = {c: 1000 * (after[c] - before[c]) / N for c in before}
+                            print(
+                                f"{who:12s} {verb:12s} {kind:15s} "
+                                f"apiserver {spent['kube-apiserver']:6.2f} ms  etcd {spent['etcd']:5.2f} ms  "
+                                f"wall {1000 * wall / N:6.2f} ms",
+                                flush=True,
+                            )
         finally:
             plane.stop()
 

@@ -1,6 +1,14 @@
 """Operator scale: N TrainingJobs applied in a burst against the real control plane, until all Succeeded.
 
     .venv/bin/python bench/operator_scale/run.py --jobs 100 --jobs 1000 [--json out.json]
+    .venv/bin/python bench/operator_scale/run.py --jobs 100 --variant before=/tmp/base --variant after=. \
+        --variant floor --repeat 3 --json out.json
+
+Variants, run one after the other (``--repeat`` interleaves them: A B F A B F ...) so that before and
+after share the machine's conditions: ``NAME=DIR`` runs the operator of the checkout at DIR (its
+``operator/`` first on the operator's PYTHONPATH, its own ``rbac.OPERATOR_RULES`` bound), plain ``NAME``
+this checkout's, and ``floor`` runs ``floor.py`` instead of the operator: a controller that only creates
+each job's children, the least the apiserver can be asked for (its "settled" is its last RayJob).
 
 For each N a fresh control plane (tests/controlplane: etcd + kube-apiserver + kube-controller-manager,
 our CRDs and KubeRay's) and a fresh operator process (``python -m trainop.controller``, namespace-scoped,
@@ -26,11 +34,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import dataclasses
 import json
 import os
 import platform
+import shutil
 import ssl
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -97,13 +108,47 @@ def start_plane(data_root: Path) -> tuple[cluster.ControlPlane, Path]:
     return plane, audit_log
 
 
-def operator_kubeconfig(plane: cluster.ControlPlane) -> Path:
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """What runs as the controller: an operator from a checkout (``source``), or the floor."""
+
+    name: str
+    source: Path = REPO_ROOT
+    floor: bool = False
+
+    @classmethod
+    def parse(cls, text: str) -> Variant:
+        name, _, source = text.partition("=")
+        if name == "floor":
+            return cls(name, floor=True)
+        return cls(name, Path(source).resolve() if source else REPO_ROOT)
+
+    def env(self) -> dict[str, str]:
+        path = [str(self.source / "operator"), os.environ.get("PYTHONPATH", "")]
+        return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p), "PYTHONUNBUFFERED": "1"}
+
+    def rules(self) -> list[dict[str, Any]]:
+        """The operator's RBAC rules as that checkout states them (the floor creates what ours does)."""
+        if self.floor or self.source == REPO_ROOT:
+            return rbac.OPERATOR_RULES
+        code = "import json; from trainop.controller import rbac; print(json.dumps(rbac.OPERATOR_RULES))"
+        out = subprocess.run([sys.executable, "-c", code], env=self.env(), check=True, capture_output=True)
+        rules: list[dict[str, Any]] = json.loads(out.stdout)
+        return rules
+
+    def module_file(self) -> str:
+        code = "import trainop.controller; print(trainop.controller.__file__)"
+        out = subprocess.run([sys.executable, "-c", code], env=self.env(), check=True, capture_output=True)
+        return out.stdout.decode().strip()
+
+
+def operator_kubeconfig(plane: cluster.ControlPlane, rules: list[dict[str, Any]]) -> Path:
     """A ServiceAccount bound to a ClusterRole of exactly the operator's rules (what the chart installs)."""
     plane.create_namespace(NAMESPACE)
     for path, body in [
         (
             "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-            {"metadata": {"name": "bench-trainop"}, "rules": rbac.OPERATOR_RULES},
+            {"metadata": {"name": "bench-trainop"}, "rules": rules},
         ),
         (
             "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
@@ -124,8 +169,25 @@ def operator_kubeconfig(plane: cluster.ControlPlane) -> Path:
     return plane.kubeconfig_for_token(token, namespace=NAMESPACE)
 
 
+def start_floor(kubeconfig: Path, log_path: Path, workers: int) -> processes.ManagedProcess:
+    process = processes.ManagedProcess.start(
+        name="floor",
+        argv=[
+            sys.executable,
+            str(Path(__file__).resolve().parent / "floor.py"),
+            f"--kubeconfig={kubeconfig}",
+            f"--namespace={NAMESPACE}",
+            f"--workers={workers}",
+        ],
+        log_path=log_path,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    process.wait_healthy(lambda: "watching" in process.log_tail(num_lines=20), timeout_s=60)
+    return process
+
+
 def start_operator(
-    kubeconfig: Path, log_path: Path, workers: int, profile: Path | None
+    kubeconfig: Path, log_path: Path, workers: int, profile: Path | None, variant: Variant
 ) -> tuple[processes.ManagedProcess, int]:
     liveness, metrics_port = processes.free_loopback_port(), processes.free_loopback_port()
     # CPU time, not cProfile's default wall clock: on a shared machine, wall time charges whatever ran
@@ -157,7 +219,7 @@ def start_operator(
             "--log-format=plain",
         ],
         log_path=log_path,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env=variant.env(),
     )
     process.wait_healthy(lambda: processes.http_ok(f"http://127.0.0.1:{liveness}/healthz"), timeout_s=60)
     return process, metrics_port
@@ -175,7 +237,10 @@ def reconciles(metrics_port: int) -> dict[str, float]:
 
 
 # ------------------------------------------------------------------------------------------- burst
-async def burst(plane: cluster.ControlPlane, num_jobs: int, concurrency: int) -> dict[str, Any]:
+async def burst(
+    plane: cluster.ControlPlane, num_jobs: int, concurrency: int, *, until_rayjobs: bool = False
+) -> dict[str, Any]:
+    """The burst; ``until_rayjobs`` (the floor) ends it once every RayJob exists, not every Succeeded."""
     names = [f"job-{i:05d}" for i in range(num_jobs)]
     created_at: dict[str, float] = {}
     rayjob_at: dict[str, float] = {}
@@ -188,6 +253,9 @@ async def burst(plane: cluster.ControlPlane, num_jobs: int, concurrency: int) ->
 
         def on_rayjob(name: str, when: float) -> None:
             rayjob_at.setdefault(name.rsplit("-a", 1)[0], when)
+            if until_rayjobs and len(rayjob_at) == num_jobs:
+                done_at.update(rayjob_at)
+                all_done.set()
 
         kuberay = kuberay_async.KubeRayStandIn(
             api, NAMESPACE, lambda _: kuberay_async.Plan(kuberay_async.Outcome.HOLD), on_created=on_rayjob
@@ -290,27 +358,43 @@ def count_audit(audit_log: Path, offset: int) -> tuple[dict[str, int], int]:
 
 
 def run_one(
-    num_jobs: int, *, concurrency: int, workers: int, data_root: Path, profile: Path | None = None
+    num_jobs: int,
+    *,
+    variant: Variant,
+    concurrency: int,
+    workers: int,
+    data_root: Path,
+    profile: Path | None = None,
+    logs: Path | None = None,
 ) -> dict[str, Any]:
+    load_at_start = os.getloadavg()
     plane, audit_log = start_plane(data_root)
     try:
-        kubeconfig = operator_kubeconfig(plane)
-        operator, metrics_port = start_operator(kubeconfig, plane.data_dir / "operator.log", workers, profile)
+        kubeconfig = operator_kubeconfig(plane, variant.rules())
+        log_path = plane.data_dir / f"{variant.name}.log"
+        metrics_port = None
+        if variant.floor:
+            operator = start_floor(kubeconfig, log_path, workers)
+        else:
+            operator, metrics_port = start_operator(kubeconfig, log_path, workers, profile, variant)
         try:
             time.sleep(2.0)  # let kopf finish its initial listings
             _, offset = count_audit(audit_log, 0)
             pids = plane.pids()
             before = {name: proc_stat(pid)["cpu_s"] for name, pid in pids.items()}
             before["operator"] = proc_stat(operator.pid)["cpu_s"]
+            bench_cpu = time.process_time()
             timing_before = apiserver_seconds(plane)
-            result = asyncio.run(burst(plane, num_jobs, concurrency))
+            result = asyncio.run(burst(plane, num_jobs, concurrency, until_rayjobs=variant.floor))
             timing_after = apiserver_seconds(plane)
             time.sleep(3.0)  # trailing reconciles after the last Succeeded
             counts, _ = count_audit(audit_log, offset)
             stats = proc_stat(operator.pid)
             cpu = {name: proc_stat(pid)["cpu_s"] - before[name] for name, pid in pids.items()}
             cpu["operator"] = stats["cpu_s"] - before["operator"]
-            result["operator_reconciles"] = reconciles(metrics_port)
+            cpu["bench_and_standin"] = time.process_time() - bench_cpu
+            if metrics_port is not None:
+                result["operator_reconciles"] = reconciles(metrics_port)
             spent = {
                 key: (count - timing_before.get(key, (0, 0))[0], seconds - timing_before.get(key, (0, 0))[1])
                 for key, (count, seconds) in timing_after.items()
@@ -327,12 +411,18 @@ def run_one(
             }
         finally:
             operator.stop()
+            if logs is not None:
+                logs.mkdir(parents=True, exist_ok=True)
+                shutil.copy(log_path, logs / f"{data_root.name}.log")
     finally:
         plane.stop()
     non_watch = {k: v for k, v in counts.items() if not k.startswith("watch ")}
     writes = sum(v for k, v in non_watch.items() if k.split()[0] in WRITE_VERBS)
     reads = sum(non_watch.values()) - writes
     result.update(
+        variant=variant.name,
+        operator_source=None if variant.floor else variant.module_file(),
+        load_average_at_start=load_at_start,
         jobs=num_jobs,
         operator_peak_rss_mib=stats["peak_rss_mib"],
         operator_rss_end_mib=stats["rss_mib"],
@@ -359,35 +449,67 @@ def main() -> None:
         default=options.DEFAULT_WORKERS,
         help=f"the operator's --workers (default: its own default, {options.DEFAULT_WORKERS})",
     )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        type=Variant.parse,
+        help="NAME=DIR (the operator of the checkout at DIR), NAME (this checkout's) or floor; repeatable",
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="run every variant this many times, interleaved"
+    )
     parser.add_argument("--json", type=Path, help="also write the results here")
-    parser.add_argument("--profile", type=Path, help="run the operator under cProfile, stats to this file")
+    parser.add_argument("--logs", type=Path, help="keep each run's operator (or floor) log in this directory")
+    parser.add_argument(
+        "--profile", type=Path, help="a directory: run operators under cProfile, one stats file per run"
+    )
     args = parser.parse_args()
+    variants = args.variant or [Variant("operator")]
     results = []
     with tempfile.TemporaryDirectory(prefix="trainop-bench-") as tmp:
         for num_jobs in args.jobs or [100, 1000]:
-            result = run_one(
-                num_jobs,
-                concurrency=args.concurrency,
-                workers=args.workers,
-                data_root=Path(tmp),
-                profile=args.profile,
-            )
-            print(json.dumps(result, indent=2), flush=True)
-            results.append(result)
-    summary = {
+            for repeat in range(args.repeat):
+                for variant in variants:
+                    profile = None
+                    if args.profile is not None and not variant.floor:
+                        args.profile.mkdir(parents=True, exist_ok=True)
+                        profile = args.profile / f"{variant.name}-{num_jobs}-{repeat}.prof"
+                    result = run_one(
+                        num_jobs,
+                        variant=variant,
+                        concurrency=args.concurrency,
+                        workers=args.workers,
+                        data_root=Path(tmp) / f"{variant.name}-{num_jobs}-{repeat}",
+                        profile=profile,
+                        logs=args.logs,
+                    )
+                    print(
+                        json.dumps({k: v for k, v in result.items() if k != "requests"}, indent=2), flush=True
+                    )
+                    results.append(result)
+                    if args.json:  # after every run: a long series interrupted keeps what it measured
+                        args.json.write_text(json.dumps(summary(results), indent=2))
+    print(
+        "\n variant | jobs | load | create->RayJob p50 / p99 | settled | operator peak RSS "
+        "| CPU s api/etcd/op | requests/job (writes)"
+    )
+    for r in results:
+        latency = r["create_to_rayjob_s"]
+        cpu = r["cpu_s"]
+        print(
+            f"{r['variant']} | {r['jobs']:5d} | {r['load_average_at_start'][0]:.1f} | "
+            f"{latency['p50']:.2f} s / {latency['p99']:.2f} s | {r['settled_s']:.1f} s | "
+            f"{r['operator_peak_rss_mib']:.0f} MiB | "
+            f"{cpu.get('kube-apiserver', 0):.1f}/{cpu.get('etcd', 0):.1f}/{cpu['operator']:.1f} | "
+            f"{r['requests_per_job']['total']:.1f} ({r['requests_per_job']['writes']:.1f})"
+        )
+
+
+def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
         "machine": f"{platform.node()} {os.cpu_count()} cores, load {os.getloadavg()}",
         "results": results,
     }
-    if args.json:
-        args.json.write_text(json.dumps(summary, indent=2))
-    print("\n jobs | create->RayJob p50 / p99 | settled | operator peak RSS | requests/job (writes)")
-    for r in results:
-        latency = r["create_to_rayjob_s"]
-        print(
-            f"{r['jobs']:5d} | {latency['p50']:.2f} s / {latency['p99']:.2f} s | {r['settled_s']:.1f} s | "
-            f"{r['operator_peak_rss_mib']:.0f} MiB | {r['requests_per_job']['total']:.1f} "
-            f"({r['requests_per_job']['writes']:.1f})"
-        )
 
 
 if __name__ == "__main__":

@@ -17,14 +17,16 @@ cluster. ``bin`` is a directory whose executables appear in ``/usr/local/bin`` o
 exec wrappers, so a venv's ``python`` keeps finding its venv); ``paths`` maps absolute paths inside the
 container to host files or directories, bind-mounted read-only.
 
-The default map (``default_images``) points ``ghcr.io/trainop/trainer*`` and ``ghcr.io/trainop/operator*``
-at this checkout's venv and takes ENV, ENTRYPOINT, CMD, WORKDIR and USER from the last stage of
-``trainer_image/Dockerfile`` and ``operator/Dockerfile``. It does not read or start anything else.
+The default map (``default_images``) points ``ghcr.io/trainop/trainer:<version>`` and
+``ghcr.io/trainop/operator:<version>`` (this checkout's version; any other tag does not exist) at its
+venv and takes ENV, ENTRYPOINT, CMD, WORKDIR and USER from the last stage of ``trainer_image/Dockerfile``
+and ``operator/Dockerfile``. It does not read or start anything else.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import json
 import os
 import shlex
@@ -36,6 +38,8 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TRAINER_REPOSITORY = "ghcr.io/trainop/trainer"
 OPERATOR_REPOSITORY = "ghcr.io/trainop/operator"
+#: The tag of this checkout's images: the package version (pyproject.toml), which is the chart's appVersion.
+IMAGE_TAG = importlib.metadata.version("trainop")
 
 
 class ImageNotFound(LookupError):
@@ -209,10 +213,13 @@ def default_images(repo_root: Path = REPO_ROOT) -> ImageMap:
         (TRAINER_REPOSITORY, repo_root / "trainer_image" / "Dockerfile"),
         (OPERATOR_REPOSITORY, repo_root / "operator" / "Dockerfile"),
     ):
+        # Only the tag this checkout builds (its version: the chart's appVersion and the API's default
+        # trainer image): any other tag is an image that does not exist, as in a registry.
+        reference = f"{repository}:{IMAGE_TAG}"
         if dockerfile.is_file():
-            images[repository + "*"] = image_from_dockerfile(repository, dockerfile, bin_dir=bin_dir)
+            images[reference] = image_from_dockerfile(reference, dockerfile, bin_dir=bin_dir)
         else:
-            images[repository + "*"] = Image(reference=repository, bin_dir=bin_dir)
+            images[reference] = Image(reference=reference, bin_dir=bin_dir)
     return ImageMap(images)
 
 

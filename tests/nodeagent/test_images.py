@@ -54,9 +54,14 @@ def test_the_default_map_runs_trainop_images_from_this_checkout_with_their_docke
     assert dict(trainer.env)["PYTHONUNBUFFERED"] == "1"
     assert trainer.user == "1000"
     assert trainer.bin_dir is not None and (trainer.bin_dir / "python").exists()
-    operator = defaults.resolve("ghcr.io/trainop/operator:latest")
+    operator = defaults.resolve(f"ghcr.io/trainop/operator:{images.IMAGE_TAG}")
     assert (operator.entrypoint, operator.cmd) == (("trainop",), ("operator",))
     assert operator.uid_gid() == (65532, 65532)
+
+
+def test_a_tag_this_checkout_does_not_build_is_an_image_that_does_not_exist() -> None:
+    with pytest.raises(images.ImageNotFound):
+        images.default_images().resolve("ghcr.io/trainop/trainer:no-such-tag")
 
 
 def test_image_file_is_reread_when_it_changes(tmp_path: Path) -> None:

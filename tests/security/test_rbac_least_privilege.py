@@ -37,15 +37,16 @@ OPERATOR_MAY: set[Permission] = {
     ),
     *(("trainop.dev", f"{o}/status", v) for o in _OWNERS for v in ("get", "patch")),
     *(("trainop.dev", f"{o}/finalizers", "update") for o in _OWNERS),
-    *(("ray.io", "rayjobs", v) for v in ("get", "list", "watch", "create", "delete")),
-    *(("ray.io", "rayclusters", v) for v in ("get", "list", "watch")),
-    *(("", "persistentvolumeclaims", v) for v in ("get", "list", "watch", "create")),
+    *(("ray.io", "rayjobs", v) for v in ("list", "watch", "create", "delete")),
+    *(("ray.io", "rayclusters", v) for v in ("list", "watch")),
+    *(("", "persistentvolumeclaims", v) for v in ("list", "watch", "create", "patch")),
     *(("", "pods", v) for v in ("list", "watch")),
-    *(("", r, v) for r in ("configmaps", "serviceaccounts") for v in ("get", "create", "patch")),
+    *(("", "configmaps", v) for v in ("get", "create", "patch")),
+    *(("", "serviceaccounts", v) for v in ("list", "watch", "create", "patch")),
     *(
         ("rbac.authorization.k8s.io", r, v)
         for r in ("roles", "rolebindings")
-        for v in ("get", "create", "patch")
+        for v in ("list", "watch", "create", "patch")
     ),
     ("", "events", "create"),
     *(("apiextensions.k8s.io", "customresourcedefinitions", v) for v in ("list", "watch")),

@@ -30,31 +30,39 @@ RBAC cannot confine writes to the objects trainop manages: templates/admission-p
 - apiGroups: ["trainop.dev"]
   resources: ["trainingjobs/finalizers", "tuningsweeps/finalizers"]
   verbs: ["update"]
-# One RayJob per attempt: created, never patched (a RayJob's spec is fixed), old attempts deleted.
+# One RayJob per attempt: created, never patched (a RayJob's spec is fixed), other attempts' deleted;
+# watched (the children cache), never read one by one.
 - apiGroups: ["ray.io"]
   resources: ["rayjobs"]
-  verbs: ["get", "list", "watch", "create", "delete"]
-# Read-only: KubeRay's RayCluster of the current attempt tells why it is not ready (quota, pods).
+  verbs: ["list", "watch", "create", "delete"]
+# Read-only, watched: KubeRay's RayCluster of a starting attempt tells why it is not ready (quota, pod
+# creation failures).
 - apiGroups: ["ray.io"]
   resources: ["rayclusters"]
-  verbs: ["get", "list", "watch"]
-# The checkpoint claim: created once, never changed or deleted by the operator (owner references do
-# that); watched to notice it bound or lost.
+  verbs: ["list", "watch"]
+# The checkpoint claim: created once, never deleted by the operator (owner references do that); patched
+# only to add the job's owner reference to a claim found under its name when deleteWithJob asks for one;
+# watched to notice it bound, lost, created or being deleted.
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
-  verbs: ["get", "list", "watch", "create"]
+  verbs: ["list", "watch", "create", "patch"]
 # Read-only: the job's pods explain image-pull and scheduling problems on its status.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch"]
-# Per-job children kept in line with the spec: the trainer's config and the job's ServiceAccount.
+# The trainer's config: server-side applied once per attempt; read on an owner's first reconcile (not
+# watched: listing every ConfigMap of the cluster is more than the operator may do).
 - apiGroups: [""]
-  resources: ["configmaps", "serviceaccounts"]
+  resources: ["configmaps"]
   verbs: ["get", "create", "patch"]
-# Each job's Role (get+patch on its own status only) and its RoleBinding.
+# The job's ServiceAccount (its trainer's identity): server-side applied, watched.
+- apiGroups: [""]
+  resources: ["serviceaccounts"]
+  verbs: ["list", "watch", "create", "patch"]
+# Each job's Role (get+patch on its own status only) and its RoleBinding: server-side applied, watched.
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["list", "watch", "create", "patch"]
 # Events on jobs (kopf's and the operator's, both core/v1).
 - apiGroups: [""]
   resources: ["events"]

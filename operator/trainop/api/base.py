@@ -31,6 +31,7 @@ DNS_LABEL_HINT = (
     "must be a lowercase DNS label (a-z, 0-9 and '-', starting and ending with a letter or digit), "
     "e.g. resnet-cifar"
 )
+MAX_NAME_LENGTH = 40
 
 Quantity = Annotated[str, pydantic.Field(pattern=QUANTITY_PATTERN)]
 
@@ -59,7 +60,7 @@ class ObjectMeta(pydantic.BaseModel):
 
     model_config = pydantic.ConfigDict(extra="allow", populate_by_name=True)
 
-    name: Annotated[str, pydantic.Field(min_length=1, max_length=40, pattern=DNS_LABEL_PATTERN)]
+    name: Annotated[str, pydantic.Field(min_length=1, max_length=MAX_NAME_LENGTH, pattern=DNS_LABEL_PATTERN)]
     namespace: str | None = None
     uid: str | None = None
     generation: int | None = None

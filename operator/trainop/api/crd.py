@@ -207,22 +207,26 @@ def _object_schema(
         "type": "object",
         "description": _fold(model.__doc__ or ""),
         "required": ["spec"],
-        "x-kubernetes-validations": [
-            {
-                "rule": "self.metadata.name.size() <= 40",
-                "message": "metadata.name must be at most 40 characters (child object names add suffixes)",
-            },
-            cel.rule(
-                f"self.metadata.name.matches({cel.string(base.DNS_LABEL_PATTERN)})",
-                f"metadata.name {base.DNS_LABEL_HINT}",
-            ),
-        ],
         "properties": {
             "apiVersion": described("api_version", {"type": "string"}),
             "kind": described("kind", {"type": "string"}),
-            # Nothing but the type: the apiserver refuses anything else on metadata (kubectl explain shows
-            # ObjectMeta's own documentation there).
-            "metadata": {"type": "object"},
+            # The metadata constraints a CRD may state (child names add suffixes to the owner's and must be
+            # DNS labels), as schema properties so that a refusal names the field (a root CEL rule's says
+            # "<nil>"). No description: the apiserver refuses anything else on metadata (kubectl explain
+            # shows ObjectMeta's own documentation there).
+            "metadata": {
+                "type": "object",
+                "properties": {
+                    "name": {
+                        "type": "string",
+                        "maxLength": base.MAX_NAME_LENGTH,
+                        "pattern": base.DNS_LABEL_PATTERN,
+                        "description": "The object's name: a lowercase DNS label (a-z, 0-9 and '-', starting "
+                        f"and ending with a letter or digit) of at most {base.MAX_NAME_LENGTH} characters, "
+                        "because the children's names add suffixes to it.",
+                    }
+                },
+            },
             "spec": described("spec", spec),
             "status": described("status", structural_schema(status_model, apply_defaults=False)),
         },

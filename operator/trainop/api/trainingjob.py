@@ -15,7 +15,13 @@ from typing import Annotated, Any, Literal
 
 import pydantic
 
-from trainop.api import base, cel
+from trainop.api import base, cel, operator_status
+
+# Defined once in operator_status (both kinds share them); named here too, where a job's users look.
+Phase = operator_status.Phase
+Failure = operator_status.Failure
+Children = operator_status.Children
+MAX_FAILURE_HISTORY = operator_status.MAX_FAILURE_HISTORY
 
 ENTRYPOINT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
 NCCL_ENV_KEY_PATTERN = r"^(NCCL|TORCH_NCCL|UCX|FI)_[A-Z0-9_]+$"
@@ -28,7 +34,6 @@ BUCKET_PATTERN = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
 _SEGMENT = r"(?:[^/\s.][^/\s]*|\.[^/\s.][^/\s]*|\.\.[^/\s]+)"
 PREFIX_PATTERN = rf"^{_SEGMENT}(/{_SEGMENT})*$"
 ENDPOINT_PATTERN = r"^https?://[A-Za-z0-9.:\[\]_-]+/?$"
-MAX_FAILURE_HISTORY = 10
 # activeDeadlineSeconds and ttlSecondsAfterFinished: at most 2^31 - 1 s (about 68 years, Kubernetes' int32
 # for a Job's TTL). Unbounded, a huge value made the operator's due-time arithmetic overflow (found by
 # tests/reliability/test_bad_input_property.py).
@@ -47,22 +52,6 @@ RAY_POD_PORTS = {
 # model's synchronous checkpoint time to finish.
 MIN_TERMINATION_GRACE_PERIOD_SECONDS = 10
 DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS = 120
-
-
-class Phase(enum.StrEnum):
-    """Where a job is in its life. Only the operator writes it."""
-
-    PENDING = "Pending"
-    PROVISIONING = "Provisioning"
-    RUNNING = "Running"
-    RESTARTING = "Restarting"
-    SUSPENDED = "Suspended"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-
-    @property
-    def finished(self) -> bool:
-        return self in (Phase.SUCCEEDED, Phase.FAILED)
 
 
 class BuiltinModel(enum.StrEnum):
@@ -907,17 +896,6 @@ def _with_rules(schema: dict[str, Any], rules: list[cel.Rule]) -> None:
     schema.setdefault("x-kubernetes-validations", []).extend(rules)
 
 
-class Failure(base.ApiModel):
-    attempt: int
-    """The attempt that failed."""
-    reason: str
-    """Why, in one CamelCase word: KubeRay's (e.g. AppFailed for a Ray job that failed) or trainop's."""
-    message: str = ""
-    """KubeRay's or the trainer's explanation of the failure."""
-    time: str
-    """When the operator recorded the failure (RFC 3339, UTC)."""
-
-
 class Progress(base.ApiModel):
     """Written by the trainer's rank 0 only."""
 
@@ -1007,53 +985,17 @@ class NetworkStatus(base.ApiModel):
     """When the probe ran (RFC 3339, UTC)."""
 
 
-class Children(base.ApiModel):
-    ray_job: str | None = None
-    """The RayJob of the current attempt, <name>-a<attempt> (<name>-s<attempt> for a TuningSweep)."""
-    config_map: str | None = None
-    """The ConfigMap holding the trainer's config (trainer.json), mounted at /etc/trainop in the Ray pods."""
-    persistent_volume_claim: str | None = None
-    """The checkpoint claim the Ray pods mount: the one trainop created, or
-    checkpoint.storage.existingClaim."""
-    service_account: str | None = None
-    """The Ray pods' ServiceAccount, allowed only to get and patch this object's status."""
+class TrainingJobOperatorStatus(operator_status.OperatorStatus):
+    """The operator's part of a TrainingJob's status: every kind's, and the sizes its columns show."""
 
-
-class TrainingJobStatus(base.ApiModel):
-    # Operator-owned.
-    phase: Phase | None = None
-    """Where the job is: Pending (the attempt's RayJob is created, KubeRay has not started it yet),
-    Provisioning (KubeRay starts the Ray cluster), Running, Restarting (an attempt failed; the next one
-    starts after a backoff and resumes from the newest checkpoint), Suspended (spec.suspend), Succeeded or
-    Failed. Written by the operator."""
-    conditions: list[base.Condition] = pydantic.Field(default_factory=list)
-    """Always the same eight conditions, for kubectl wait and kubectl describe: SpecValid, SpecApplied,
-    StorageReady, RayClusterReady, Running, Suspended, Complete, Failed. A condition's reason and message
-    say what is wrong and what to do. Written by the operator."""
-    observed_generation: int | None = None
-    """The metadata.generation of the spec the operator last acted on."""
-    attempt: int = 0
-    """The current attempt, counted from 1: each runs in its own RayJob. A new attempt starts after a failure
-    (a restart) or when a suspended job resumes. 0 before the first."""
-    restarts: int = 0
-    """Attempts started because the one before failed, at most spec.failurePolicy.maxRestarts. Resuming from
-    suspend does not count."""
-    failures: list[Failure] = pydantic.Field(default_factory=list, max_length=MAX_FAILURE_HISTORY)
-    """The failed attempts, oldest first, at most the last 10: attempt, reason, message, time."""
-    children: Children | None = None
-    """The objects the operator created for this job, by kind."""
     workers: int | None = None
     """Worker pods of the job (spec.workers.replicas), shown by kubectl get."""
     gpus: int | None = None
     """GPUs the job uses in all (replicas x gpusPerWorker), shown by kubectl get."""
-    start_time: str | None = None
-    """When the job started running: the first attempt's start, reset when a suspended job resumes.
-    activeDeadlineSeconds counts from it (RFC 3339, UTC)."""
-    completion_time: str | None = None
-    """When the job Succeeded or Failed (RFC 3339, UTC)."""
-    next_restart_time: str | None = None
-    """While Restarting: when the next attempt starts, after the backoff (RFC 3339, UTC)."""
-    # Trainer-owned (rank 0; storage: the driver).
+
+
+class TrainingJobStatus(TrainingJobOperatorStatus):
+    # Trainer-owned (rank 0; storage: the driver); everything above is the operator's.
     progress: Progress | None = None
     """Training progress, written by the trainer's rank 0 every reporting interval."""
     checkpoint: CheckpointStatus | None = None

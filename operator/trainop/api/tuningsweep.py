@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 import pydantic
 
-from trainop.api import base, cel, trainingjob
+from trainop.api import base, cel, operator_status, trainingjob
 
 MAX_DURATION = trainingjob.MAX_DURATION_SECONDS
 
@@ -336,36 +336,9 @@ class BestTrial(base.ApiModel):
     """The trial's newest checkpoint directory on the volume, as the Ray pods see it."""
 
 
-class TuningSweepStatus(base.ApiModel):
-    # Operator-owned.
-    phase: trainingjob.Phase | None = None
-    """Where the sweep is: Pending, Provisioning, Running, Restarting, Suspended, Succeeded or Failed, with
-    the same meanings as a TrainingJob's. Written by the operator."""
-    conditions: list[base.Condition] = pydantic.Field(default_factory=list)
-    """Always the same eight conditions, for kubectl wait and kubectl describe: SpecValid, SpecApplied,
-    StorageReady, RayClusterReady, Running, Suspended, Complete, Failed. Written by the operator."""
-    observed_generation: int | None = None
-    """The metadata.generation of the spec the operator last acted on."""
-    attempt: int = 0
-    """The current attempt of the sweep's driver, counted from 1: each runs in its own RayJob
-    (<name>-s<attempt>) and restores the experiment where the last one stopped. 0 before the first."""
-    restarts: int = 0
-    """Attempts started because the one before failed, at most template.failurePolicy.maxRestarts. Resuming
-    from suspend does not count."""
-    failures: list[trainingjob.Failure] = pydantic.Field(
-        default_factory=list, max_length=trainingjob.MAX_FAILURE_HISTORY
-    )
-    """The failed attempts, oldest first, at most the last 10: attempt, reason, message, time."""
-    children: trainingjob.Children | None = None
-    """The objects the operator created for this sweep, by kind."""
-    start_time: str | None = None
-    """When the sweep started running: the first attempt's start, reset when a suspended sweep resumes.
-    activeDeadlineSeconds counts from it (RFC 3339, UTC)."""
-    completion_time: str | None = None
-    """When the sweep Succeeded or Failed (RFC 3339, UTC)."""
-    next_restart_time: str | None = None
-    """While Restarting: when the next attempt starts, after the backoff (RFC 3339, UTC)."""
-    # Driver-owned.
+class TuningSweepStatus(operator_status.OperatorStatus):
+    # Driver-owned; everything in OperatorStatus is the operator's (the same fields, meaning the same, as a
+    # TrainingJob's: the sweep's driver runs in the attempt's RayJob <name>-s<attempt>).
     trials: TrialCounts | None = None
     """Trials by state, written by the sweep's driver."""
     best_trial: BestTrial | None = None

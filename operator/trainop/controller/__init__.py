@@ -6,11 +6,13 @@ Layers, each a module with one concern (imported as modules, names used qualifie
     acceptance            which spec runs (re-validation, immutable fields)                 pure
     children, rayjob      desired children: claim, ConfigMap, RBAC, RayJob                  pure
     observe               RayJob/claim/pod JSON -> observations                             pure
-    status, conditions    the phase state machine -> Decision                               pure
-    kube, apply, events   the API: dict client, create-or-patch, Events                     I/O
+    state_machine,        the phase state machine -> Transition; conditions                 pure
+      conditions
+    kube, apply, events   the API: dict client, server-side apply / create-only, Events      I/O
     reconcile             read -> decide -> write, for one owner                            I/O
+    cache, own_writes     children as the watches show them; what this process wrote         memory
     workqueue, engine     keyed queue, workers, routing of watch events                     runtime
-    handlers, main        kopf handlers and the process (``run``)                          runtime
+    handlers, main        kopf handlers and indexes, and the process (``run``)             runtime
     metrics, failpoints   Prometheus series; crash points for kill-recovery tests
 
 Nothing here registers kopf handlers at import time: ``main.run`` builds a private registry.

@@ -5,8 +5,9 @@ CEL twin), and it cannot compare a new spec with the old one. Both checks happen
 
 - the current spec is re-validated with ``manifest.parse_object``; errors name the field;
 - the spec the operator last accepted lives in the owner's ``trainop.dev/applied-spec`` annotation
-  (wire JSON). A change to any of the kind's immutable fields is refused: the old spec keeps running
-  and the conditions say which field changed and how to undo it;
+  (wire JSON). Not in its status: the spec's values (``network.ncclEnv`` among them) must not be copied
+  into status (tests/security). A change to any of the kind's immutable fields is refused: the old spec
+  keeps running and the conditions say which field changed and how to undo it;
 - an invalid edit of a job that already runs is refused the same way (the job keeps its accepted spec);
   an invalid spec that was never accepted fails the job (InvalidSpec).
 
@@ -58,14 +59,18 @@ class Acceptance:
 def evaluate(body: Mapping[str, Any]) -> Acceptance:
     kind = kinds.BY_KIND[str(body.get("kind"))]
     stored = body.get("metadata", {}).get("annotations", {}).get(kinds.ANNOTATION_APPLIED_SPEC)
-    previous = _previous_spec(body, stored)
     try:
         current = kinds.parse(body)
     except manifest.ManifestError as error:
+        previous = _previous_spec(body, stored)
         resource = None if previous is None else _with_spec(body, previous)
         return Acceptance(kind=kind, resource=resource, errors=tuple(error.errors))
 
     current_wire = current.spec.to_wire()
+    serialised = serialise(current_wire)
+    if serialised == stored:  # the accepted spec, unchanged (nearly every reconcile): nothing to compare
+        return Acceptance(kind=kind, resource=current)
+    previous = _previous_spec(body, stored)
     if previous is not None:
         previous_wire = previous.to_wire()
         refused = tuple(
@@ -75,8 +80,7 @@ def evaluate(body: Mapping[str, Any]) -> Acceptance:
         )
         if refused:
             return Acceptance(kind=kind, resource=_with_spec(body, previous), refused=refused)
-    serialised = serialise(current_wire)
-    return Acceptance(kind=kind, resource=current, applied_spec=None if serialised == stored else serialised)
+    return Acceptance(kind=kind, resource=current, applied_spec=serialised)
 
 
 def serialise(spec_wire: Mapping[str, Any]) -> str:

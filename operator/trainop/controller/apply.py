@@ -1,158 +1,125 @@
-"""Bringing children to their desired state, idempotently: create, or patch only what differs.
-
-Names are deterministic, so "create" is safe to repeat: a 409 means the child exists and is compared
-instead. How an existing child is updated depends on its kind:
+"""Writing children: server-side apply where the operator keeps content in line, create-only where not.
 
 ==========================  ==================================================================
-PersistentVolumeClaim       never patched (storage is immutable; a claim from an earlier job of
-                            the same name is adopted as is: that is how a re-created job resumes)
-RayJob                      never patched: one RayJob is one attempt, fixed for its lifetime
-ConfigMap                   rewritten only for a new attempt (its ``trainop.dev/attempt``
-                            annotation), so a running attempt's config never changes under it
-ServiceAccount, Role,       merge-patched whenever they drift from the desired manifest
-RoleBinding
+ServiceAccount, Role,       server-side apply, field manager ``trainop``, forced: the apiserver
+RoleBinding                 sets what we apply, takes back fields someone else changed, and
+                            leaves fields other managers added alone -- no comparison of ours
+ConfigMap                   server-side apply as well, once per attempt (``reconcile`` decides:
+                            a running attempt's config never changes under it)
+PersistentVolumeClaim       create-only (storage is immutable; a claim of an earlier job of the
+                            same name is used as it is: that is how a re-created job resumes), and
+                            adopted (our owner reference applied) when deleteWithJob asks for it
+RayJob                      create-only: one RayJob is one attempt, fixed for its lifetime
 ==========================  ==================================================================
 
-The caller may pass what it already knows about the child (``existing``): the object it just read (the
-reconcile reads its RayJobs and claim fresh anyway), or ``None`` when it has reason to believe there is
-none yet (an owner never reconciled before), which makes the create the first request instead of a GET
-that would answer 404. A wrong belief costs one request more, never a wrong result: a create that meets
-an existing child (409) falls back to reading and comparing it.
+A create of a child that already exists answers 409, which is :attr:`Written.EXISTED`, not an error:
+names are deterministic, so it is this owner's child made by an earlier reconcile (the cache had not seen
+it yet), or a namesake's leftover, which the next reconcile sees in the cache and waits for. A server-side
+apply that lands on an object being deleted (only possible when someone put a finalizer on it) raises
+:class:`ChildBeingDeleted`: it is not brought back to life; its deletion event queues the owner again.
+RayJobs that are not the current attempt's are deleted with a uid precondition (``prune_ray_jobs``).
 
-A child that is being deleted (for instance by the garbage collector, after an owner of the same name
-was deleted) is waited for with a retryable error, never patched back to life. RayJobs that are not the
-current attempt's are deleted (``prune_ray_jobs``). This module must not decide which children should
-exist; ``children`` and ``status`` do.
+Which children need a write at all is the caller's business (``reconcile``, from the cache). This module
+must not decide which children should exist; ``children`` and ``state_machine`` do.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
-import logging
+import hashlib
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from trainop.controller import failpoints, kinds, kube
-
-log = logging.getLogger(__name__)
-
-
-class Update(enum.Enum):
-    NEVER = "never"
-    NEW_ATTEMPT = "new-attempt"
-    DRIFT = "drift"
-
-
-UPDATE_POLICY: Mapping[str, Update] = {
-    "PersistentVolumeClaim": Update.NEVER,
-    "RayJob": Update.NEVER,
-    "ConfigMap": Update.NEW_ATTEMPT,
-    "ServiceAccount": Update.DRIFT,
-    "Role": Update.DRIFT,
-    "RoleBinding": Update.DRIFT,
-}
+from trainop.controller import cache, failpoints, kube
 
 
 class ChildBeingDeleted(Exception):
     """A child with the desired name is terminating; retry once it is gone."""
 
 
-class ChildNotOurs(Exception):
-    """A child with the desired name belongs to another owner (for instance a deleted namesake)."""
+class Written(enum.Enum):
+    CREATED = "created"
+    EXISTED = "existed"  # a create answered 409
+    APPLIED = "applied"  # server-side apply (created or brought in line; the apiserver knows which)
 
 
-class Unknown(enum.Enum):
-    UNKNOWN = "unknown"
+@dataclasses.dataclass(frozen=True)
+class Write:
+    """One write of a child and what the apiserver answered (``object`` is None after a 409)."""
+
+    kind: str
+    name: str
+    written: Written
+    object: Mapping[str, Any] | None = None
+
+    @property
+    def resource_version(self) -> str:
+        return str((self.object or {}).get("metadata", {}).get("resourceVersion") or "")
+
+    @property
+    def uid(self) -> str:
+        return str((self.object or {}).get("metadata", {}).get("uid") or "")
 
 
-UNKNOWN = Unknown.UNKNOWN
-"""``ensure(existing=UNKNOWN)``: nothing is known about the child, so it is read first."""
+def fingerprint(manifest: Mapping[str, Any]) -> str:
+    """A short digest of a manifest (it is kept per child in memory; 64 bits tell two manifests apart)."""
+    encoded = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.blake2b(encoded, digest_size=8).hexdigest()
 
 
-async def ensure(
-    client: kube.Kube,
-    manifest: Mapping[str, Any],
-    *,
-    existing: Mapping[str, Any] | Unknown | None = UNKNOWN,
-) -> str:
-    """Create ``manifest`` or bring the existing object in line; returns created | updated | unchanged.
+async def create(client: kube.Kube, manifest: Mapping[str, Any]) -> Write:
+    """Create a create-only child; an existing one of that name (409) is left as it is."""
+    kind, name = manifest["kind"], manifest["metadata"]["name"]
+    try:
+        created = await client.create(kube.BY_KIND[kind], manifest["metadata"]["namespace"], manifest)
+    except kube.ApiError as error:
+        if error.status != 409 or error.reason != "AlreadyExists":  # another 409 is a conflict: retried
+            raise
+        return Write(kind, name, Written.EXISTED)
+    return Write(kind, name, Written.CREATED, created)
 
-    ``existing``: the child as just read, ``None`` if it is believed absent, ``UNKNOWN`` to read it here.
-    """
-    resource = kube.BY_KIND[manifest["kind"]]
-    namespace = manifest["metadata"]["namespace"]
-    name = manifest["metadata"]["name"]
-    if existing is UNKNOWN:
-        existing = await client.get(resource, namespace, name)
-    if existing is None:
-        try:
-            await client.create(resource, namespace, manifest)
-        except kube.ApiError as error:
-            if error.status != 409:
-                raise
-            existing = await client.get(resource, namespace, name)
-            if existing is None:  # created and deleted again in between: let the retry sort it out
-                raise
-        else:
-            return "created"
-    if existing["metadata"].get("deletionTimestamp"):
-        raise ChildBeingDeleted(f"{manifest['kind']} {name} is being deleted; waiting for it to go")
-    policy = UPDATE_POLICY[manifest["kind"]]
-    if policy == Update.NEVER:
-        if manifest["kind"] == "RayJob" and not _same_owner(existing, manifest):
-            raise ChildNotOurs(
-                f"RayJob {name} belongs to another owner (a deleted namesake?); waiting for it to go"
-            )
-        return "unchanged"
-    if policy == Update.NEW_ATTEMPT:
-        have = existing["metadata"].get("annotations", {}).get(kinds.ANNOTATION_ATTEMPT)
-        want = manifest["metadata"].get("annotations", {}).get(kinds.ANNOTATION_ATTEMPT)
-        if have == want and _same_owner(existing, manifest):
-            return "unchanged"
-    elif contains(existing, manifest):
-        return "unchanged"
-    await client.patch(resource, namespace, name, manifest)
-    return "updated"
+
+async def server_side_apply(client: kube.Kube, manifest: Mapping[str, Any]) -> Write:
+    kind, name = manifest["kind"], manifest["metadata"]["name"]
+    stored = await client.apply(kube.BY_KIND[kind], manifest["metadata"]["namespace"], manifest)
+    if stored.get("metadata", {}).get("deletionTimestamp"):
+        raise ChildBeingDeleted(f"{kind} {name} is being deleted; waiting for it to go")
+    return Write(kind, name, Written.APPLIED, stored)
+
+
+async def adopt(client: kube.Kube, claim: Mapping[str, Any]) -> Write:
+    """Apply the desired claim's owner reference (only that) to an existing claim of its name."""
+    meta = claim["metadata"]
+    reference = {
+        "apiVersion": claim["apiVersion"],
+        "kind": claim["kind"],
+        "metadata": {
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "ownerReferences": meta["ownerReferences"],
+        },
+    }
+    stored = await client.apply(kube.CLAIMS, meta["namespace"], reference)
+    return Write(claim["kind"], meta["name"], Written.APPLIED, stored)
 
 
 async def prune_ray_jobs(
     client: kube.Kube,
     namespace: str,
-    ray_jobs: Iterable[Mapping[str, Any]],
+    ray_jobs: Iterable[cache.RayJobRecord],
     *,
     keep: str | None,
     owner_uid: str,
 ) -> list[str]:
-    """Delete this owner's RayJobs other than ``keep``; returns the names deleted."""
+    """Delete this owner's RayJobs other than ``keep`` (each by the uid seen); returns the names deleted."""
     deleted = []
-    for ray_job in ray_jobs:
-        meta = ray_job["metadata"]
-        if meta["name"] == keep or meta.get("deletionTimestamp") or not owned_by(ray_job, owner_uid):
+    for record in ray_jobs:
+        seen = record.seen
+        if seen.name == keep or seen.being_deleted or owner_uid not in seen.owner_uids:
             continue
-        if await client.delete(kube.RAY_JOBS, namespace, meta["name"], uid=meta.get("uid")):
-            deleted.append(meta["name"])
+        if await client.delete(kube.RAY_JOBS, namespace, seen.name, uid=seen.uid):
+            deleted.append(seen.name)
             failpoints.hit("ray-job-deleted")
     return deleted
-
-
-def owned_by(obj: Mapping[str, Any], owner_uid: str) -> bool:
-    return any(ref.get("uid") == owner_uid for ref in obj["metadata"].get("ownerReferences") or ())
-
-
-def _same_owner(existing: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
-    wanted = [ref["uid"] for ref in desired["metadata"].get("ownerReferences") or ()]
-    return all(owned_by(existing, uid) for uid in wanted)
-
-
-def contains(existing: Any, desired: Any) -> bool:
-    """Whether ``existing`` already has every field of ``desired`` (the apiserver adds defaults, so a
-    superset is "the same"); lists must match item by item."""
-    if isinstance(desired, Mapping):
-        return isinstance(existing, Mapping) and all(contains(existing.get(k), v) for k, v in desired.items())
-    if isinstance(desired, list):
-        return (
-            isinstance(existing, list)
-            and len(existing) == len(desired)
-            and all(contains(e, d) for e, d in zip(existing, desired, strict=True))
-        )
-    return bool(existing == desired)

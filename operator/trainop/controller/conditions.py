@@ -27,7 +27,8 @@ from collections.abc import Sequence
 from typing import Literal
 
 from trainop.api import base
-from trainop.api.trainingjob import Phase, StorageStatus
+from trainop.api.operator_status import Phase
+from trainop.api.trainingjob import StorageStatus
 from trainop.controller import acceptance, observe
 
 Status = Literal["True", "False", "Unknown"]
@@ -50,6 +51,8 @@ PROBLEM_REASONS = frozenset(
         "ImmutableFieldChanged",
         "ClaimNotFound",
         "ClaimLost",
+        "ClaimBeingDeleted",
+        "ClaimOwnedByAnother",
         "CreateFailed",
         "QuotaExceeded",
         "ReplicaFailure",
@@ -62,7 +65,7 @@ PROBLEM_REASONS = frozenset(
         "CredentialsMissing",
         "EndpointUnreachable",
         "StorageError",
-        *observe._STUCK_WAITING_REASONS,
+        *observe.STUCK_WAITING_REASONS,
     }
 )
 
@@ -115,11 +118,36 @@ def spec(verdict: acceptance.Acceptance, generation: int | None) -> list[Desired
 
 
 def storage(
-    claim: observe.ClaimObservation | None, *, existing: bool, create_error: observe.Problem | None
+    claim: observe.ClaimObservation | None,
+    *,
+    existing: bool,
+    create_error: observe.Problem | None,
+    kind: str = "TrainingJob",
 ) -> Desired:
+    """StorageReady. ``existing``: the claim is the user's (``existingClaim``), not one the operator makes."""
     if claim is None:
         return Desired(STORAGE_READY, "Unknown", "NotObserved", "No accepted spec names a checkpoint claim.")
     name = claim.name
+    if claim.being_deleted:
+        after = (
+            "Create it again once it is gone, or set spec.checkpoint.storage.existingClaim to another claim."
+            if existing
+            else "A new claim is created once it is gone."
+        )
+        return Desired(
+            STORAGE_READY,
+            "False",
+            "ClaimBeingDeleted",
+            f"Claim {name} is being deleted; no Ray pod starts until there is a claim to mount. {after}",
+        )
+    if not existing and claim.ownership == observe.Ownership.OTHER:
+        return Desired(
+            STORAGE_READY,
+            "False",
+            "ClaimOwnedByAnother",
+            f"Claim {name} belongs to another object (a deleted {kind} of the same name whose claim the "
+            "garbage collector is about to delete?); a new claim is created once it is gone.",
+        )
     if create_error is not None and claim.phase == observe.ClaimPhase.MISSING:
         return Desired(STORAGE_READY, "False", create_error.reason, create_error.message)
     match claim.phase:
@@ -129,17 +157,16 @@ def storage(
                 "False",
                 "ClaimNotFound",
                 f"spec.checkpoint.storage.existingClaim {name!r} does not exist in this namespace: create it "
-                "or unset existingClaim so that trainop creates one.",
+                "(the RayJob is created once it exists) or unset existingClaim so that trainop creates one.",
             )
-        case observe.ClaimPhase.MISSING:
-            return Desired(STORAGE_READY, "Unknown", "ClaimCreating", f"Creating checkpoint claim {name}.")
-        case observe.ClaimPhase.PENDING:
+        case observe.ClaimPhase.MISSING | observe.ClaimPhase.PENDING:
+            # MISSING here: the reconcile writing this creates the claim next, unbound like any new one.
             return Desired(
                 STORAGE_READY,
                 "False",
                 "ClaimPending",
-                f"Claim {name} is Pending: no volume is bound yet. With a WaitForFirstConsumer storage class "
-                f"it binds when the first Ray pod is scheduled; otherwise see `kubectl describe pvc {name}`.",
+                f"Claim {name} has no volume bound yet. With a WaitForFirstConsumer storage class it binds "
+                f"when the first Ray pod is scheduled; otherwise see `kubectl describe pvc {name}`.",
             )
         case observe.ClaimPhase.LOST:
             return Desired(
@@ -160,6 +187,9 @@ def storage(
     )
 
 
+OBJECT_STORAGE_UNCHECKED = "ObjectStorageUnchecked"
+
+
 def object_storage(location: str, reported: StorageStatus | None, *, attempt: int) -> Desired:
     """StorageReady for checkpoints in a bucket (``checkpoint.storage.s3``): no claim; the truth comes from
     the trainer's driver, which writes a test object there when an attempt starts and records the verdict
@@ -170,7 +200,7 @@ def object_storage(location: str, reported: StorageStatus | None, *, attempt: in
         return Desired(
             STORAGE_READY,
             "Unknown",
-            "ObjectStorageUnchecked",
+            OBJECT_STORAGE_UNCHECKED,
             f"Checkpoints go to {location} ({anywhere}); the trainer checks that it can write there when "
             f"attempt {attempt} starts.",
         )
@@ -190,7 +220,9 @@ def ray_cluster(
     ray: observe.RayJobObservation | None,
     problems: Sequence[observe.Problem],
     create_error: observe.Problem | None,
+    ray_job: str | None = None,
 ) -> Desired:
+    """RayClusterReady. ``ray_job``: the attempt's RayJob as the status names it (None: none is created)."""
     if ray is not None and ray.state == observe.AttemptState.RUNNING:
         return Desired(RAY_CLUSTER_READY, "True", "RayJobRunning", f"RayJob {ray.name} is running.")
     if ray is not None and ray.state == observe.AttemptState.INVALID:
@@ -207,12 +239,19 @@ def ray_cluster(
             shown = "; ".join(p.message for p in problems[:3])
             more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
             return Desired(RAY_CLUSTER_READY, "False", problems[0].reason, shown + more)
-        target = f"RayJob {ray.name}" if ray is not None else "the RayJob"
+        target = ray.name if ray is not None else ray_job
+        if target is None:
+            return Desired(
+                RAY_CLUSTER_READY,
+                "False",
+                "NoRayJob",
+                "No RayJob is created yet; the Running condition says what the job waits for.",
+            )
         return Desired(
             RAY_CLUSTER_READY,
             "False",
             "Provisioning",
-            f"Waiting for KubeRay to start the Ray cluster of {target}.",
+            f"Waiting for KubeRay to start the Ray cluster of RayJob {target}.",
         )
     return Desired(
         RAY_CLUSTER_READY, "False", phase.value, f"No Ray cluster runs while the phase is {phase.value}."

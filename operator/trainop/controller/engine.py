@@ -2,13 +2,15 @@
 
 Every watch event becomes at most one queued key: an owner's own events (spec changes, its first
 sighting after the operator starts), and its children's events (RayJob status changes, claims binding,
-Ray pods failing to pull an image) routed to the owner through the owner label. Bursts collapse in the
-queue; a fixed number of worker tasks reconcile, never two at once for one owner. There is no polling:
-a reconcile runs when something changed, or when a time recorded in status (next restart, deadline,
-TTL) comes due.
+Ray pods failing to pull an image) routed to the owner through the owner label -- or, for a claim that
+carries none (the user's ``existingClaim``), through the cache's index of owners by claim name. Bursts
+collapse in the queue; a fixed number of worker tasks reconcile, never two at once for one owner. There
+is no polling: a reconcile runs when something changed, or when a time recorded in status (next
+restart, deadline, TTL) comes due.
 
-An owner's events whose only change is the trainer's status patch (progress every few seconds) do not
-queue a reconcile: they only refresh the per-job metrics. This module must not talk to the API itself.
+Events that tell the operator nothing new queue nothing: an owner's whose only change is the trainer's
+status patch (progress every few seconds) only refreshes the per-job metrics, and a child's that is the
+echo of the operator's own write (``own_writes``) is dropped. This module must not talk to the API itself.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 
 import aiohttp
 
-from trainop.controller import apply, kinds, kube, metrics, options, reconcile, workqueue
+from trainop.controller import apply, cache, kinds, kube, metrics, options, reconcile, workqueue
 
 log = logging.getLogger(__name__)
 # Failures that are the world's, not a bug: logged without a traceback and retried. Transport errors
@@ -29,18 +31,26 @@ log = logging.getLogger(__name__)
 _EXPECTED_ERRORS = (
     kube.ApiError,
     apply.ChildBeingDeleted,
-    apply.ChildNotOurs,
     aiohttp.ClientError,
     asyncio.TimeoutError,
 )
 
 
+# Watched children whose events only route (nothing of them is cached: see ``cache``).
+SERVER_SIDE_APPLIED = frozenset({"ServiceAccount", "Role", "RoleBinding"})
+
+
 class Engine:
     def __init__(
-        self, reconciler: reconcile.Reconciler, *, num_workers: int = options.DEFAULT_WORKERS
+        self,
+        reconciler: reconcile.Reconciler,
+        children_cache: cache.Cache,
+        *,
+        num_workers: int = options.DEFAULT_WORKERS,
     ) -> None:
         self.queue: workqueue.WorkQueue[reconcile.OwnerKey] = workqueue.WorkQueue()
         self.owner_metrics = metrics.OwnerMetrics()
+        self.cache = children_cache
         self._reconciler = reconciler
         self._num_workers = num_workers
         self._tasks: list[asyncio.Task[None]] = []
@@ -74,12 +84,32 @@ class Engine:
         if event_type is None or needs_reconcile(body):
             self.queue.add(key)
 
-    def child_event(self, body: Mapping[str, Any]) -> None:
+    def child_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
         meta = body["metadata"]
+        namespace, child_kind, name = str(meta.get("namespace")), str(body.get("kind")), str(meta["name"])
+        owners: set[tuple[str, str]] = set()
         owner = kinds.owner_of(meta.get("labels") or {})
         if owner is not None:
-            kind, name = owner
-            self.queue.add(reconcile.OwnerKey(kind.kind, meta["namespace"], name))
+            owners.add((owner[0].kind, owner[1]))
+        if child_kind == "PersistentVolumeClaim" and self.cache.bound:
+            owners.update(self.cache.owners_of_claim(namespace, name))
+        own = self._reconciler.own_writes
+        for kind, owner_name in owners:
+            key = reconcile.OwnerKey(kind, namespace, owner_name)
+            identity = {"uid": str(meta.get("uid")), "resource_version": str(meta.get("resourceVersion"))}
+            if child_kind in SERVER_SIDE_APPLIED:
+                echo = own.observe(
+                    key,
+                    child_kind,
+                    name,
+                    being_deleted=bool(meta.get("deletionTimestamp")),
+                    deleted=deleted,
+                    **identity,
+                )
+            else:
+                echo = not deleted and own.is_echo(key, child_kind, name, **identity)
+            if not echo:
+                self.queue.add(key)
 
     # -------------------------------------------------------------------------------------- workers
     async def _work(self) -> None:
@@ -91,7 +121,7 @@ class Engine:
             kind = kinds.BY_KIND[key.kind]
             started = time.monotonic()
             try:
-                outcome = await self._reconciler.reconcile(key)
+                result = await self._reconciler.reconcile(key)
             except asyncio.CancelledError:
                 raise
             except Exception as error:
@@ -110,13 +140,13 @@ class Engine:
             else:
                 self.queue.forget(key)
                 metrics.record_reconcile(kind, ok=True, seconds=time.monotonic() - started)
-                decision = outcome.decision
-                if decision is not None and decision.restarted:
+                transition = result.transition
+                if transition is not None and transition.restarted:
                     metrics.record_restart(kind)
-                if decision is not None and decision.time_to_running is not None:
-                    metrics.record_time_to_running(kind, decision.time_to_running)
-                if outcome.requeue_after is not None:
-                    self.queue.add_after(key, outcome.requeue_after)
+                if transition is not None and transition.time_to_running is not None:
+                    metrics.record_time_to_running(kind, transition.time_to_running)
+                if result.requeue_after is not None:
+                    self.queue.add_after(key, result.requeue_after)
             finally:
                 self.queue.done(key)
 

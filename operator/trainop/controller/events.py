@@ -1,13 +1,13 @@
 """Kubernetes Events on owners (`kubectl describe` shows them): one per phase transition and new problem.
 
 Posted with the core/v1 Event API, before the status write that records the transition, under a name
-derived from the owner's uid and the transition (``status.Event.key``): a reconcile repeated after a
+derived from the owner's uid and the transition (``state_machine.Event.key``): a reconcile repeated after a
 crash posts the same names again and gets 409s, so each transition is announced exactly once. An
 apiserver that cannot take an Event right now (5xx, 429 Too Many Requests, a broken connection) fails the
 reconcile, which is retried: the Event goes before the status write that records its transition, so
 dropping it would lose it for good. An Event the apiserver refuses for good (403, 422) is logged and
 dropped and never fails a reconcile (the same facts are on the owner's status conditions). This
-module must not decide which Events to post; ``status`` does.
+module must not decide which Events to post; ``state_machine`` does.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import socket
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trainop.controller import kinds, kube, observe, status
+from trainop.controller import kinds, kube, observe, state_machine
 
 COMPONENT = "trainop-operator"
 REPORTING_CONTROLLER = "trainop.dev/operator"
@@ -27,13 +27,13 @@ REPORTING_CONTROLLER = "trainop.dev/operator"
 log = logging.getLogger(__name__)
 
 
-def name(owner: Mapping[str, Any], event: status.Event) -> str:
+def name(owner: Mapping[str, Any], event: state_machine.Event) -> str:
     """A name unique to (owner incarnation, event key): posting the same Event twice is a harmless 409."""
     digest = hashlib.sha256(f"{owner['metadata']['uid']}/{event.key or event.message}".encode()).hexdigest()
     return f"{owner['metadata']['name']}.{digest[:16]}"
 
 
-def build(owner: Mapping[str, Any], event: status.Event, *, now: str) -> dict[str, Any]:
+def build(owner: Mapping[str, Any], event: state_machine.Event, *, now: str) -> dict[str, Any]:
     meta = owner["metadata"]
     instance = os.environ.get("HOSTNAME") or socket.gethostname()
     return {
@@ -60,7 +60,7 @@ def build(owner: Mapping[str, Any], event: status.Event, *, now: str) -> dict[st
 
 
 async def post(
-    client: kube.Kube, owner: Mapping[str, Any], events: Sequence[status.Event], *, now: str
+    client: kube.Kube, owner: Mapping[str, Any], events: Sequence[state_machine.Event], *, now: str
 ) -> None:
     for event in events:
         try:
@@ -70,4 +70,6 @@ async def post(
                 continue
             if error.status >= 500 or error.status == 429:  # not now: the reconcile is retried
                 raise
+            if kube.namespace_terminating(error):  # the owner goes with its namespace
+                continue
             log.warning("could not post Event %s on %s: %s", event.reason, owner["metadata"]["name"], error)

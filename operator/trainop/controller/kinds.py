@@ -1,10 +1,10 @@
 """What differs between the kinds the operator reconciles, in one place: names, labels, lifecycle.
 
-The reconcile loop, the state machine (``status``) and the child builders (``children``, ``rayjob``) are
-written once and are generic over :class:`Kind`; a TuningSweep is reconciled exactly like a TrainingJob,
-into the same five children, except that its RayJob runs the sweep driver and its worker group is sized
-for ``maxConcurrentTrials`` trials at once. Every place where the two kinds differ is a field of
-:class:`Kind` or one of the small functions below that dispatch on the model's type.
+The reconcile loop, the state machine (``state_machine``) and the child builders (``children``,
+``rayjob``) are written once and are generic over :class:`Kind`; a TuningSweep is reconciled exactly
+like a TrainingJob, into the same five children, except that its RayJob runs the sweep driver and its
+worker group is sized for ``maxConcurrentTrials`` trials at once. Every place where the two kinds
+differ is a field of :class:`Kind` or one of the small functions below that dispatch on the model's type.
 
 Child names are deterministic (a function of the owner's name and the attempt) so that creating a child
 twice is a 409, never a duplicate. A TrainingJob and a TuningSweep may share a name in one namespace, so
@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from trainop.api import base, manifest, trainer_config, trainingjob, tuningsweep
+from trainop.api import base, manifest, operator_status, trainer_config, trainingjob, tuningsweep
 
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "trainop"
@@ -55,11 +55,17 @@ class Kind:
     attempt_prefix: str  # RayJob of attempt N: "<name>-<prefix><N>"
     entrypoint: str  # the RayJob's entrypoint (runs on the Ray head)
     immutable_fields: tuple[tuple[str, ...], ...]
-    reports_workers: bool  # whether status has workers/gpus (the TrainingJob printer columns)
+    # The operator's part of this kind's status (TrainingJobs add workers/gpus for their printer columns).
+    operator_status: type[operator_status.OperatorStatus]
 
     @property
     def api_version(self) -> str:
         return base.API_VERSION
+
+    @property
+    def reports_workers(self) -> bool:
+        """Whether its status has workers/gpus (the TrainingJob printer columns)."""
+        return "workers" in self.operator_status.operator_keys()
 
     def config_map_name(self, owner: str) -> str:
         return f"{owner}{self.child_suffix}"
@@ -95,7 +101,7 @@ TRAINING_JOB = Kind(
     attempt_prefix="a",
     entrypoint=f"python -m trainop_trainer --config {trainer_config.DEFAULT_CONFIG_PATH}",
     immutable_fields=trainingjob.IMMUTABLE_FIELDS,
-    reports_workers=True,
+    operator_status=trainingjob.TrainingJobOperatorStatus,
 )
 
 TUNING_SWEEP = Kind(
@@ -108,7 +114,7 @@ TUNING_SWEEP = Kind(
     attempt_prefix="s",
     entrypoint=f"python -m trainop_trainer.sweep --config {trainer_config.DEFAULT_CONFIG_PATH}",
     immutable_fields=tuningsweep.IMMUTABLE_FIELDS,
-    reports_workers=False,
+    operator_status=operator_status.OperatorStatus,
 )
 
 ALL: tuple[Kind, ...] = (TRAINING_JOB, TUNING_SWEEP)
@@ -175,6 +181,15 @@ def checkpoint_location(resource: manifest.Resource) -> str:
     if storage.s3 is not None:
         return f"{trainer_config.s3_uri(storage.s3)}/{trainer_config.run_name_for(resource.metadata.name)}"
     return f"claim {claim_name(resource)}"
+
+
+def existing_claim_of(body: Mapping[str, Any]) -> str | None:
+    """``checkpoint.storage.existingClaim`` of a stored owner, read without validating the whole object."""
+    spec: Any = body.get("spec") or {}
+    if body.get("kind") == TUNING_SWEEP.kind:
+        spec = spec.get("template") or {}
+    existing = ((spec.get("checkpoint") or {}).get("storage") or {}).get("existingClaim")
+    return str(existing) if existing else None
 
 
 def render_config(resource: manifest.Resource, attempt: int) -> str:

@@ -4,7 +4,8 @@ The operator handles every object as plain JSON (its builders return dicts, its 
 dicts), so it uses the official client's transport, authentication and kubeconfig/in-cluster loading,
 but not its generated model classes: one code path serves ConfigMaps, RBAC, claims, pods, our CRs and
 KubeRay's RayJobs alike. Writes use ``fieldValidation=Strict`` so that a typo in a builder fails loudly
-instead of being pruned by the apiserver, and a fixed field manager (``trainop``).
+instead of being pruned by the apiserver, and a fixed field manager (``trainop``), which is also the
+field owner of server-side apply (:meth:`Kube.apply`).
 
 Every request has a deadline (``REQUEST_TIMEOUT_SECONDS``): a connection that went silent (an apiserver
 restarted behind a load balancer, a half-open TCP connection) fails the reconcile, which is retried,
@@ -15,8 +16,8 @@ Like client-go, a request the apiserver could not serve right now -- 429 (API pr
 answer's Retry-After, capped), before it fails the reconcile and the per-owner backoff takes over. Unlike
 client-go this includes writes whose outcome is unknown (a 500 after the write was applied): every write
 of this operator is idempotent by construction (deterministic names, so a repeated create is a 409 its
-caller handles; merge patches computed from what was read; deletes with a uid precondition). A 409
-Conflict is never retried here: the reconcile reads again and decides again.
+caller handles; merge patches computed from what was read; server-side applies of a whole desired
+object; deletes with a uid precondition). A 409 Conflict is never retried here: the reconcile decides again.
 
 This module must not decide anything; it only speaks HTTP.
 """
@@ -106,6 +107,11 @@ class ApiError(Exception):
         self.reason = reason
         self.message = message
         self.retry_after = retry_after
+
+
+def namespace_terminating(error: ApiError) -> bool:
+    """The apiserver refused a create because the namespace is being deleted (its objects go with it)."""
+    return error.status == 403 and "because it is being terminated" in error.message
 
 
 class Kube:
@@ -228,6 +234,22 @@ class Kube:
             query={"fieldManager": FIELD_MANAGER, "fieldValidation": "Strict"},
             body=dict(patch),
             content_type="application/merge-patch+json",
+        )
+
+    async def apply(self, resource: Resource, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Server-side apply of ``body`` as field manager ``trainop``, forcing ownership of its fields.
+
+        Creates the object if it does not exist; otherwise sets every field in ``body`` and removes the
+        fields ``trainop`` applied before and ``body`` no longer has. Fields set by other managers and not
+        in ``body`` are left alone. Answers the object as stored.
+        """
+        return await self.request(
+            "PATCH",
+            resource.path(namespace, body["metadata"]["name"]),
+            query={"fieldManager": FIELD_MANAGER, "fieldValidation": "Strict", "force": "true"},
+            body=dict(body),
+            # JSON is YAML: the apply content type takes either.
+            content_type="application/apply-patch+yaml",
         )
 
     async def delete(self, resource: Resource, namespace: str, name: str, *, uid: str | None = None) -> bool:

@@ -1,7 +1,8 @@
 """Running the operator: ``run(namespaces, liveness_port=..., metrics_port=...)`` (``trainop operator``).
 
-Wires the parts and hands control to kopf: a ``kube.Kube`` client, the ``reconcile.Reconciler``, the
-``engine.Engine`` with its worker tasks, the kopf handlers on a private registry (importing this package
+Wires the parts and hands control to kopf: a ``kube.Kube`` client, the children ``cache.Cache``, the
+``reconcile.Reconciler``, the ``engine.Engine`` with its worker tasks, the kopf handlers and indexes on
+a private registry (importing this package
 registers nothing globally, so tests can run several operators in one process), kopf's liveness
 endpoint, and prometheus-client's HTTP server for ``metrics.REGISTRY`` on its own port.
 
@@ -26,7 +27,7 @@ from typing import Any
 import kopf
 from kopf._core.engines import peering as kopf_peering  # Identity: kopf.operator's type, not re-exported
 
-from trainop.controller import engine, handlers, kube, metrics, options, reconcile
+from trainop.controller import cache, engine, handlers, kube, metrics, options, reconcile
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,7 @@ def run(
     *,
     liveness_port: int | None = 8080,
     metrics_port: int | None = 9100,
+    listen_address: str = "0.0.0.0",
     kubeconfig: str | None = None,
     log_format: str = "plain",
     verbose: bool = False,
@@ -45,8 +47,10 @@ def run(
     """Run the operator until SIGINT/SIGTERM; returns the process exit code (0).
 
     namespaces     None watches every namespace; otherwise the listed names or kopf glob patterns.
-    liveness_port  kopf's liveness endpoint (http://0.0.0.0:<port>/healthz); None disables it.
-    metrics_port   Prometheus metrics (http://0.0.0.0:<port>/metrics); None disables them.
+    liveness_port  kopf's liveness endpoint (http://<listen_address>:<port>/healthz); None disables it.
+    metrics_port   Prometheus metrics (http://<listen_address>:<port>/metrics); None disables them.
+    listen_address the address both listen on: every interface by default (a pod's probes and scrapes
+                   come from outside it); 127.0.0.1 keeps them to the machine.
     kubeconfig     a kubeconfig path; default: in-cluster ServiceAccount, else $KUBECONFIG.
     log_format     "plain", "full" or "json" (one JSON object per line, for log pipelines).
     workers        concurrent reconciles (of different owners; one owner is never reconciled twice at once).
@@ -59,11 +63,12 @@ def run(
     if not verbose:  # kopf logs every handled watch event at INFO; ours are one-line enqueues
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     if metrics_port is not None:
-        metrics.serve(metrics_port)
+        metrics.serve(metrics_port, listen_address)
     asyncio.run(
         serve(
             namespaces,
             liveness_port=liveness_port,
+            listen_address=listen_address,
             kubeconfig=kubeconfig,
             workers=workers,
             watch_inactivity_timeout=watch_inactivity_timeout,
@@ -77,6 +82,7 @@ async def serve(
     *,
     liveness_port: int | None,
     kubeconfig: str | None,
+    listen_address: str = "0.0.0.0",
     workers: int,
     watch_inactivity_timeout: float | None = None,
     stop_flag: asyncio.Event | threading.Event | None = None,
@@ -84,13 +90,19 @@ async def serve(
 ) -> None:
     """The operator as a coroutine (embeddable: pass ``stop_flag`` to stop it)."""
     client = await kube.Kube.connect(kubeconfig)
-    runtime = engine.Engine(reconcile.Reconciler(client), num_workers=workers)
+    children = cache.Cache()
+    runtime = engine.Engine(reconcile.Reconciler(client, children), children, num_workers=workers)
     registry = kopf.OperatorRegistry()
     settings = kopf.OperatorSettings()
     settings.posting.enabled = False  # our own Events (events.py); kopf's would repeat log lines
     # kopf deep-copies every watched body into a "diff base" for change handlers; we register none (only
     # event handlers), so that copy -- the largest CPU cost per watch event -- would never be read.
     settings.persistence.diffbase_storage = NoDiffBase()
+    # kopf runs one task per watched object while its events come in, and keeps it idle for this long
+    # after the last one (default 5 s): in a burst of new jobs that is thousands of idle tasks at once
+    # (each job has six watched children), most of the operator's peak memory. A task is cheap to start
+    # again for the rare later event.
+    settings.queueing.idle_timeout = 0.5
     # kopf's own requests (listings) get the same deadline as ours; a silent watch is re-established.
     settings.networking.request_timeout = kube.REQUEST_TIMEOUT_SECONDS
     if watch_inactivity_timeout is not None:
@@ -104,7 +116,9 @@ async def serve(
             settings=settings,
             clusterwide=namespaces is None,
             namespaces=list(namespaces or ()),
-            liveness_endpoint=f"http://0.0.0.0:{liveness_port}/healthz" if liveness_port else None,
+            liveness_endpoint=f"http://{_host(listen_address)}:{liveness_port}/healthz"
+            if liveness_port
+            else None,
             # kopf would otherwise derive its identity from getpass.getuser(), which raises for a uid
             # without a passwd entry -- the chart's 65532 in a slim image (found on the cluster bed).
             identity=own_identity(),
@@ -148,6 +162,11 @@ def _register_login(registry: kopf.OperatorRegistry, kubeconfig: str | None) -> 
             certificate_path=configuration.cert_file,
             private_key_path=configuration.key_file,
         )
+
+
+def _host(address: str) -> str:
+    """An address as the host part of a URL (IPv6 in brackets)."""
+    return f"[{address}]" if ":" in address else address
 
 
 class NoDiffBase(kopf.DiffBaseStorage):

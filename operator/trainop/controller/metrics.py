@@ -36,7 +36,7 @@ from typing import Any
 
 import prometheus_client
 
-from trainop.api.trainingjob import Phase
+from trainop.api.operator_status import Phase
 from trainop.controller import kinds, observe
 
 REGISTRY = prometheus_client.CollectorRegistry(auto_describe=True)
@@ -137,7 +137,7 @@ class OwnerMetrics:
         status: Mapping[str, Any] = body.get("status") or {}
         phase = str(status.get("phase") or Phase.PENDING.value)
         self._set_phase((kind.kind, namespace, name), phase)
-        if kind.reports_workers:
+        if kind is kinds.TRAINING_JOB:  # sweeps have no trainer series
             self._observe_trainer(namespace, name, status)
 
     def forget(self, kind: kinds.Kind, namespace: str, name: str) -> None:
@@ -149,7 +149,7 @@ class OwnerMetrics:
             self._counts[(kind.kind, phase)] -= 1
             JOBS.labels(kind.kind, phase).set(self._counts[(kind.kind, phase)])
             _remove(JOB_PHASE, namespace, name, kind.kind, phase)
-        if kind.reports_workers:
+        if kind is kinds.TRAINING_JOB:  # sweeps have no trainer series
             for gauge in _TRAINER_GAUGES:
                 _remove(gauge, namespace, name)
             with self._lock:

@@ -7,7 +7,7 @@ Initializing, Running, Complete, Failed, ValidationFailed, Suspending, Suspended
 Problems a user can act on (image pulls, scheduling, quota, an invalid RayJob) become :class:`Problem`
 values with one sentence each.
 
-This module must not talk to the API or decide anything; ``status`` decides.
+This module must not talk to the API or decide anything; ``state_machine`` decides.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 # Messages copied from KubeRay or Ray (driver logs can be long) are cut to this many characters.
 MAX_MESSAGE = 1024
 # Container waiting reasons that will not fix themselves and that a user can act on.
-_STUCK_WAITING_REASONS = frozenset(
+STUCK_WAITING_REASONS = frozenset(
     {
         "ErrImagePull",
         "ImagePullBackOff",
@@ -54,13 +54,13 @@ class AttemptState(enum.Enum):
         )
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Problem:
     reason: str
     message: str
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class RayJobObservation:
     name: str
     state: AttemptState
@@ -71,6 +71,14 @@ class RayJobObservation:
     problems: tuple[Problem, ...] = ()
 
 
+class Ownership(enum.Enum):
+    """A child's owner references, seen from the owner being reconciled."""
+
+    NONE = "none"  # no owner reference (a claim kept from an earlier job, or the user's)
+    THIS = "this"  # a reference to this owner incarnation
+    OTHER = "other"  # references to other objects only (a deleted namesake's, or someone else's)
+
+
 class ClaimPhase(enum.StrEnum):
     MISSING = "Missing"
     PENDING = "Pending"
@@ -78,12 +86,14 @@ class ClaimPhase(enum.StrEnum):
     LOST = "Lost"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class ClaimObservation:
     name: str
     phase: ClaimPhase
     volume: str = ""
     access_modes: tuple[str, ...] = ()
+    being_deleted: bool = False
+    ownership: Ownership = Ownership.NONE
 
 
 def ray_job(obj: Mapping[str, Any]) -> RayJobObservation:
@@ -168,7 +178,7 @@ def pod_problems(pods: Iterable[Mapping[str, Any]]) -> tuple[Problem, ...]:
         for container in statuses:
             waiting = (container.get("state") or {}).get("waiting") or {}
             reason = waiting.get("reason")
-            if reason in _STUCK_WAITING_REASONS:
+            if reason in STUCK_WAITING_REASONS:
                 detail = waiting.get("message") or reason
                 problems.append(
                     Problem(reason, _cut(f"pod {name} container {container.get('name')}: {detail}"))

@@ -39,6 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser, *, default_log_format: str) -
         "--liveness-port", type=port, default=8080, help="kopf liveness endpoint (/healthz); 0 disables"
     )
     parser.add_argument("--metrics-port", type=port, default=9100, help="Prometheus /metrics; 0 disables")
+    parser.add_argument(
+        "--listen-address",
+        default="0.0.0.0",
+        help="address the liveness and metrics endpoints listen on (default 0.0.0.0, every interface; "
+        "127.0.0.1 keeps them to this machine)",
+    )
     parser.add_argument("--kubeconfig", default=None, help="default: in-cluster, else $KUBECONFIG")
     parser.add_argument("--log-format", choices=("plain", "full", "json"), default=default_log_format)
     parser.add_argument("--verbose", action="store_true", help="log every watch event and API call")
@@ -63,6 +69,7 @@ def run_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "namespaces": args.namespaces,
         "liveness_port": args.liveness_port,
         "metrics_port": args.metrics_port,
+        "listen_address": args.listen_address,
         "kubeconfig": args.kubeconfig,
         "log_format": args.log_format,
         "verbose": args.verbose,

@@ -67,21 +67,24 @@ GRANTS: tuple[Grant, ...] = (
     Grant(
         ("ray.io",),
         ("rayjobs",),
-        ("get", "list", "watch", "create", "delete"),
-        "One RayJob per attempt: created, never patched (a RayJob's spec is fixed), old attempts deleted.",
+        ("list", "watch", "create", "delete"),
+        "One RayJob per attempt: created, never patched (a RayJob's spec is fixed), other attempts' deleted; "
+        "watched (the children cache), never read one by one.",
     ),
     Grant(
         ("ray.io",),
         ("rayclusters",),
-        ("get", "list", "watch"),
-        "Read-only: KubeRay's RayCluster of the current attempt tells why it is not ready (quota, pods).",
+        ("list", "watch"),
+        "Read-only, watched: KubeRay's RayCluster of a starting attempt tells why it is not ready (quota, "
+        "pod creation failures).",
     ),
     Grant(
         ("",),
         ("persistentvolumeclaims",),
-        ("get", "list", "watch", "create"),
-        "The checkpoint claim: created once, never changed or deleted by the operator (owner references "
-        "do that); watched to notice it bound or lost.",
+        ("list", "watch", "create", "patch"),
+        "The checkpoint claim: created once, never deleted by the operator (owner references do that); "
+        "patched only to add the job's owner reference to a claim found under its name when "
+        "deleteWithJob asks for one; watched to notice it bound, lost, created or being deleted.",
     ),
     Grant(
         ("",),
@@ -91,15 +94,23 @@ GRANTS: tuple[Grant, ...] = (
     ),
     Grant(
         ("",),
-        ("configmaps", "serviceaccounts"),
+        ("configmaps",),
         ("get", "create", "patch"),
-        "Per-job children kept in line with the spec: the trainer's config and the job's ServiceAccount.",
+        "The trainer's config: server-side applied once per attempt; read on an owner's first reconcile "
+        "(not watched: listing every ConfigMap of the cluster is more than the operator may do).",
+    ),
+    Grant(
+        ("",),
+        ("serviceaccounts",),
+        ("list", "watch", "create", "patch"),
+        "The job's ServiceAccount (its trainer's identity): server-side applied, watched.",
     ),
     Grant(
         ("rbac.authorization.k8s.io",),
         ("roles", "rolebindings"),
-        ("get", "create", "patch"),
-        "Each job's Role (get+patch on its own status only) and its RoleBinding.",
+        ("list", "watch", "create", "patch"),
+        "Each job's Role (get+patch on its own status only) and its RoleBinding: server-side applied, "
+        "watched.",
     ),
     Grant(("",), ("events",), ("create",), "Events on jobs (kopf's and the operator's, both core/v1)."),
     Grant(

@@ -1,27 +1,30 @@
 """One reconcile of one owner: read, decide (pure), write -- in that order, and writes in a fixed order.
 
-1. Read the owner fresh from the API (never a possibly stale watch body), then, concurrently, its RayJobs
-   (one label-selected LIST), its checkpoint claim and, while an attempt is starting, that attempt's Ray
-   pods.
-2. Decide: ``acceptance.evaluate`` (which spec to run) and ``status.next_status`` (the state machine).
+1. Read the owner fresh from the API (its status is the record of intent this reconcile extends), and its
+   children from the watch-fed ``cache`` (no request): its RayJobs, its checkpoint claim and, while an
+   attempt is starting, that attempt's Ray pods and RayCluster.
+2. Decide: ``acceptance.evaluate`` (which spec to run) and ``state_machine.next_status``.
 3. Write:
    a. the accepted spec into the owner's ``trainop.dev/applied-spec`` annotation, when it changed;
-   b. the operator-owned status fields, as a JSON merge patch computed against what was read, so the
-      trainer's fields (progress, checkpoint, network) are never part of the patch;
-   c. Events for phase transitions and new problems (posted before b: see ``events``);
+   b. Events for phase transitions and new problems (before c: see ``events``);
+   c. the operator-owned status fields, as a JSON merge patch computed against what was read, so the
+      trainer's fields (progress, checkpoint, network) are never part of it;
    d. the children in ``CREATION_WAVES`` (claim, ConfigMap, ServiceAccount and Role concurrently, then
       the RoleBinding), then the attempt's RayJob; RayJobs of other attempts are deleted; or, after
-      ttlSecondsAfterFinished, the owner itself. The claim and RayJobs just read are handed to
-      ``apply.ensure`` (no second read); children this process verified with the same desired manifest
-      are skipped (``verified``).
+      ttlSecondsAfterFinished, the owner itself. A child is written only when the cache says it must be:
+      a create-only child that is not there; the ConfigMap when it was not written for this attempt
+      (a running attempt's config never changes under it: mutable spec changes reach the next one; it
+      is not watched, so an owner's first reconcile in a process reads it: the one child read);
+      ServiceAccount, Role and RoleBinding unless this process applied the same manifest and saw no other
+      change of them since (``own_writes``).
 
 Writing the status before acting on it makes every crash window safe: a restarted operator reads the
 recorded intent (a failure, a new attempt number) and repeats the same idempotent actions.
 
 Returns when to reconcile again (``requeue_after``), for restart backoffs, deadlines and TTLs. This module
-must not be called for one owner by two tasks at once (the work queue guarantees it), and must not keep
-state across reconciles except the last child-creation errors, which only feed conditions, and the
-``verified`` record, which only saves requests.
+must not be called for one owner by two tasks at once (the work queue guarantees it), and keeps no state
+across reconciles but the last child-creation errors, which only feed conditions, and ``own_writes``,
+which only saves requests.
 """
 
 from __future__ import annotations
@@ -29,23 +32,26 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
+import enum
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from trainop.api.trainingjob import Phase
+from trainop.api import manifest
+from trainop.api.operator_status import Phase
 from trainop.controller import (
     acceptance,
     apply,
+    cache,
     children,
     events,
     failpoints,
     kinds,
     kube,
     observe,
-    status,
-    status_fields,
-    verified,
+    own_writes,
+    rayjob,
+    state_machine,
 )
 
 log = logging.getLogger(__name__)
@@ -64,9 +70,9 @@ class OwnerKey:
 
 
 @dataclasses.dataclass(frozen=True)
-class Outcome:
+class Result:
     requeue_after: float | None = None
-    decision: status.Decision | None = None
+    transition: state_machine.Transition | None = None
 
 
 # Children are written in waves; the children of one wave do not depend on each other and are written
@@ -85,38 +91,39 @@ def utcnow() -> datetime.datetime:
 
 @dataclasses.dataclass(frozen=True)
 class _Read:
-    """What a reconcile read besides the owner: its RayJobs and claim are handed on to ``apply.ensure``."""
+    """What a reconcile took from the cache besides the observations: the records its writes act on."""
 
-    observed: status.Observed
-    ray_jobs: list[dict[str, Any]]
-    claim: dict[str, Any] | None
+    owner_uid: str
+    stored_attempt: int
+    observed: state_machine.Observed
+    ray_jobs: list[cache.RayJobRecord]
+    claim: cache.ClaimRecord | None
 
 
 class Reconciler:
-    def __init__(
-        self, client: kube.Kube, *, clock: Clock = utcnow, children_verified: verified.Verified | None = None
-    ) -> None:
+    def __init__(self, client: kube.Kube, children_cache: cache.Cache, *, clock: Clock = utcnow) -> None:
         self._kube = client
+        self._cache = children_cache
         self._clock = clock
         # Child creation errors of the previous reconcile, by owner: they explain a stuck phase.
         self._create_errors: dict[OwnerKey, dict[str, observe.Problem]] = {}
-        self._verified = children_verified or verified.Verified()
+        self.own_writes = own_writes.OwnWrites()
 
     def forget(self, key: OwnerKey) -> None:
         self._create_errors.pop(key, None)
-        self._verified.forget(key)
+        self.own_writes.forget(key)
 
-    async def reconcile(self, key: OwnerKey) -> Outcome:
+    async def reconcile(self, key: OwnerKey) -> Result:
         kind = kinds.BY_KIND[key.kind]
         resource_api = kube.Resource(kind.api_version, kind.plural)
         body = await self._kube.get(resource_api, key.namespace, key.name)
         if body is None or body["metadata"].get("deletionTimestamp"):
             self.forget(key)
-            return Outcome()  # the garbage collector removes the children
+            return Result()  # the garbage collector removes the children
         verdict = acceptance.evaluate(body)
-        read = await self._observe(key, kind, body, verdict)
-        current = status_fields.OwnedStatus.from_status(body.get("status"))
-        decision = status.next_status(verdict, current, read.observed)
+        read = self._observe(key, kind, body, verdict)
+        current = kind.operator_status.from_stored(body.get("status"))
+        transition = state_machine.next_status(verdict, current, read.observed)
 
         if verdict.applied_spec is not None:
             await self._kube.patch(
@@ -126,113 +133,99 @@ class Reconciler:
                 {"metadata": {"annotations": {kinds.ANNOTATION_APPLIED_SPEC: verdict.applied_spec}}},
             )
         # Events first: their names are deterministic, so a repeat after a crash is a no-op (409).
-        await events.post(self._kube, body, decision.events, now=observe.format_time(read.observed.now))
-        patch = status_fields.merge_patch(
-            status_fields.stored(body.get("status")), decision.status.wire(kind)
-        )
+        await events.post(self._kube, body, transition.events, now=observe.format_time(read.observed.now))
+        patch = transition.status.merge_patch_from(body.get("status"))
         if patch:
             await self._kube.patch(
                 resource_api, key.namespace, key.name, {"status": patch}, subresource="status"
             )
-            failpoints.hit("status-written", str(decision.status.phase))
+            failpoints.hit("status-written", str(transition.status.phase))
 
-        if decision.delete_owner:
+        if transition.delete_owner:
             log.info("%s: ttlSecondsAfterFinished passed; deleting it", key)
             await self._kube.delete(resource_api, key.namespace, key.name, uid=body["metadata"]["uid"])
-            return Outcome(decision=decision)
-        await self._write_children(key, verdict, decision, read, seen_before=current.children is not None)
-        return Outcome(requeue_after=decision.requeue_after, decision=decision)
+            return Result(transition=transition)
+        if transition.status.phase is not None and transition.status.phase.finished:
+            self.own_writes.forget(key)  # a finished owner's children are not written again
+        try:
+            await self._write_children(key, verdict, transition, read)
+        except kube.ApiError as error:
+            if not kube.namespace_terminating(error):
+                raise
+            # Its namespace is being deleted, the owner with it: nothing to create, nothing to retry.
+            log.info("%s: its namespace is being deleted; no children written", key)
+            return Result(transition=transition)
+        return Result(requeue_after=transition.requeue_after, transition=transition)
 
-    async def _observe(
+    def _observe(
         self, key: OwnerKey, kind: kinds.Kind, body: Mapping[str, Any], verdict: acceptance.Acceptance
     ) -> _Read:
         owner_uid = body["metadata"]["uid"]
-        selector = f"{kind.owner_label}={key.name}"
         raw_status = body.get("status") or {}
-        starting = raw_status.get("phase") in (Phase.PENDING.value, Phase.PROVISIONING.value) and bool(
-            raw_status.get("attempt")
-        )
+        attempt = int(raw_status.get("attempt") or 0)
+        starting = raw_status.get("phase") in (Phase.PENDING.value, Phase.PROVISIONING.value) and attempt > 0
         claim_name = kinds.claim_name(verdict.resource) if verdict.resource is not None else None
 
-        async def no_claim() -> None:
-            return None
-
-        async def no_pods() -> list[dict[str, Any]]:
-            return []
-
-        listed, claim, pods = await asyncio.gather(
-            self._kube.list(kube.RAY_JOBS, key.namespace, label_selector=selector),
-            self._kube.get(kube.CLAIMS, key.namespace, claim_name) if claim_name else no_claim(),
-            self._kube.list(
-                kube.PODS,
-                key.namespace,
-                label_selector=f"{selector},{kinds.LABEL_ATTEMPT}={raw_status.get('attempt')}",
-            )
-            if starting
-            else no_pods(),
-        )
-        ray_jobs = [r for r in listed if apply.owned_by(r, owner_uid)]
-        observations = {r["metadata"]["name"]: observe.ray_job(r) for r in ray_jobs}
+        ray_jobs = self._cache.ray_jobs(key.namespace, kind, key.name)
+        observations = {r.seen.name: r.observation for r in ray_jobs if owner_uid in r.seen.owner_uids}
         if starting:
-            observations = await self._with_cluster_problems(key.namespace, observations)
-        observed = status.Observed(
+            observations = {
+                name: self._with_cluster_problems(key.namespace, ray) for name, ray in observations.items()
+            }
+        claim = self._cache.claim(key.namespace, claim_name) if claim_name else None
+        leftovers = [f"{child_kind} {name}" for child_kind, name in self.own_writes.being_deleted(key)]
+        observed = state_machine.Observed(
             now=self._clock(),
             generation=body["metadata"].get("generation"),
             ray_jobs=observations,
-            claim=observe.claim(claim_name, claim) if claim_name else None,
-            pod_problems=observe.pod_problems(pods),
+            claim=(observe.claim(claim_name, None) if claim is None else claim.for_owner(owner_uid))
+            if claim_name
+            else None,
+            pod_problems=self._cache.pod_problems(key.namespace, kind, key.name, attempt) if starting else (),
             create_errors=dict(self._create_errors.get(key, {})),
+            foreign_ray_jobs=frozenset(r.seen.name for r in ray_jobs if owner_uid not in r.seen.owner_uids),
+            leftovers=tuple(leftovers),
         )
-        return _Read(observed, ray_jobs, claim)
+        return _Read(owner_uid, attempt, observed, ray_jobs, claim)
 
-    async def _with_cluster_problems(
-        self, namespace: str, observations: dict[str, observe.RayJobObservation]
-    ) -> dict[str, observe.RayJobObservation]:
+    def _with_cluster_problems(
+        self, namespace: str, ray: observe.RayJobObservation
+    ) -> observe.RayJobObservation:
         """While starting, KubeRay reports pod creation failures (quota) only on the RayCluster."""
-        out = {}
-        for name, ray in observations.items():
-            if ray.state == observe.AttemptState.STARTING and ray.cluster_name and not ray.problems:
-                cluster = await self._kube.get(kube.RAY_CLUSTERS, namespace, ray.cluster_name)
-                if cluster is not None:
-                    ray = dataclasses.replace(
-                        ray, problems=observe.cluster_problems(cluster.get("status") or {})
-                    )
-            out[name] = ray
-        return out
+        if ray.state == observe.AttemptState.STARTING and ray.cluster_name and not ray.problems:
+            problems = self._cache.ray_cluster_problems(namespace, ray.cluster_name)
+            if problems:
+                return dataclasses.replace(ray, problems=problems)
+        return ray
 
     async def _write_children(
         self,
         key: OwnerKey,
         verdict: acceptance.Acceptance,
-        decision: status.Decision,
+        transition: state_machine.Transition,
         read: _Read,
-        *,
-        seen_before: bool,
     ) -> None:
         resource = verdict.resource
         owner_uid = resource.metadata.uid if resource is not None else None
         errors: dict[str, observe.Problem] = {}
         try:
-            if resource is not None and owner_uid is not None and decision.apply_children:
-                manifests = children.desired_children(
-                    resource, decision.status.attempt, include_ray_job=decision.create_ray_job
-                )
-                # An owner whose status names no children yet has none: the status is written first.
-                believed_absent = not seen_before and not self._verified.knows(key, owner_uid)
+            if resource is not None and owner_uid is not None and transition.apply_children:
+                writes = await self._needed_writes(key, resource, transition, read)
                 for wave in CREATION_WAVES:
-                    batch = [m for m in manifests if m["kind"] in wave]
+                    batch = [(m, how) for m, how in writes if m["kind"] in wave]
                     outcomes = await asyncio.gather(
-                        *(self._ensure(key, owner_uid, m, read, errors, believed_absent) for m in batch),
-                        return_exceptions=True,
+                        *(self._write(key, m, how, errors) for m, how in batch), return_exceptions=True
                     )
+                    done = []
                     for outcome in outcomes:
                         if isinstance(outcome, BaseException):
                             raise outcome
-                    if "created" in outcomes and "RayJob" in wave:
+                        done.append(outcome)
+                    if any(w.kind == "RayJob" and w.written == apply.Written.CREATED for w in done):
                         failpoints.hit("ray-job-created")
             if owner_uid is not None:
                 await apply.prune_ray_jobs(
-                    self._kube, key.namespace, read.ray_jobs, keep=decision.ray_job, owner_uid=owner_uid
+                    self._kube, key.namespace, read.ray_jobs, keep=transition.ray_job, owner_uid=owner_uid
                 )
         finally:
             if errors != self._create_errors.get(key, {}):
@@ -240,34 +233,95 @@ class Reconciler:
                 if errors:
                     log.warning("%s: %s", key, "; ".join(p.message for p in errors.values()))
 
-    async def _ensure(
+    async def _config_written(
+        self, key: OwnerKey, resource: manifest.Resource, attempt: int, stored_attempt: int, owner_uid: str
+    ) -> bool:
+        """Whether the trainer's ConfigMap was written for this attempt: it is written once per attempt, so a
+        running attempt's config never changes under it (spec changes reach the next attempt).
+
+        ConfigMaps are not watched (``handlers``): what this process applied is remembered; the first
+        reconcile of an owner in a process reads it instead -- the one read of a child a reconcile makes.
+        """
+        name = kinds.kind_of(resource).config_map_name(key.name)
+        marker = f"attempt {attempt}"
+        written = self.own_writes.get(key, "ConfigMap", name)
+        if written is not None:
+            return written.fingerprint == marker
+        if attempt != stored_attempt:  # an attempt this reconcile starts: its config is not written yet
+            return False
+        stored = await self._kube.get(kube.CONFIG_MAPS, key.namespace, name)
+        meta = (stored or {}).get("metadata") or {}
+        if (
+            stored is None
+            or meta.get("deletionTimestamp")
+            or (meta.get("annotations") or {}).get(kinds.ANNOTATION_ATTEMPT) != str(attempt)
+            or owner_uid not in [r.get("uid") for r in meta.get("ownerReferences") or ()]
+        ):
+            return False
+        self.own_writes.record(
+            key, "ConfigMap", name, own_writes.Record(meta["uid"], meta["resourceVersion"], marker)
+        )
+        return True
+
+    async def _needed_writes(
         self,
         key: OwnerKey,
-        owner_uid: str,
-        manifest: Mapping[str, Any],
+        resource: manifest.Resource,
+        transition: state_machine.Transition,
         read: _Read,
-        errors: dict[str, observe.Problem],
-        believed_absent: bool,
-    ) -> str:
-        """One child: handed what the reconcile read, or skipped when verified with this very manifest."""
+    ) -> list[tuple[dict[str, Any], Write]]:
+        """The children this reconcile must write, and how; built only when needed (the ConfigMap holds
+        the rendered trainer config, the RayJob the whole pod spec)."""
+        writes: list[tuple[dict[str, Any], Write]] = []
+        claim = children.desired_pvc(resource)
+        if claim is not None and read.claim is None:
+            writes.append((claim, Write.CREATE))
+        elif claim is not None and transition.adopt_claim:
+            writes.append((claim, Write.ADOPT))
+        attempt = transition.status.attempt
+        if not await self._config_written(key, resource, attempt, read.stored_attempt, read.owner_uid):
+            writes.append((children.desired_configmap(resource, attempt), Write.APPLY))
+        for child in children.desired_rbac(resource):
+            name = child["metadata"]["name"]
+            if not self.own_writes.current(key, child["kind"], name, fingerprint=apply.fingerprint(child)):
+                writes.append((child, Write.APPLY))
+        if transition.create_ray_job and transition.ray_job not in {r.seen.name for r in read.ray_jobs}:
+            writes.append((rayjob.desired_rayjob(resource, attempt), Write.CREATE))
+        return writes
+
+    async def _write(
+        self, key: OwnerKey, manifest: Mapping[str, Any], how: Write, errors: dict[str, observe.Problem]
+    ) -> apply.Write:
         kind, name = manifest["kind"], manifest["metadata"]["name"]
-        existing: Mapping[str, Any] | apply.Unknown | None
-        if kind == "RayJob":
-            existing = next((r for r in read.ray_jobs if r["metadata"]["name"] == name), None)
-        elif kind == "PersistentVolumeClaim":
-            existing = read.claim
-        elif self._verified.is_current(key, owner_uid, manifest):
-            return "unchanged"
-        else:
-            existing = None if believed_absent else apply.UNKNOWN
         try:
-            outcome = await apply.ensure(self._kube, manifest, existing=existing)
+            if how == Write.CREATE:
+                write = await apply.create(self._kube, manifest)
+            elif how == Write.ADOPT:
+                write = await apply.adopt(self._kube, manifest)
+            else:
+                write = await apply.server_side_apply(self._kube, manifest)
         except kube.ApiError as error:
+            if kube.namespace_terminating(error):
+                raise
             if error.status in (403, 404, 422):  # quota, admission, no KubeRay: a user can act
                 errors[kind] = _create_problem(manifest, error)
             raise
-        self._verified.record(key, owner_uid, manifest)
-        return outcome
+        if kind == "ConfigMap":
+            fingerprint = f"attempt {manifest['metadata']['annotations'][kinds.ANNOTATION_ATTEMPT]}"
+        else:
+            fingerprint = apply.fingerprint(manifest) if how == Write.APPLY else ""
+        self.own_writes.record(
+            key, kind, name, own_writes.Record(write.uid, write.resource_version, fingerprint)
+        )
+        return write
+
+
+class Write(enum.Enum):
+    """How a child is written (see ``apply``)."""
+
+    CREATE = "create"
+    APPLY = "apply"
+    ADOPT = "adopt"
 
 
 def _create_problem(manifest: Mapping[str, Any], error: kube.ApiError) -> observe.Problem:

@@ -77,6 +77,30 @@ class ApiError(Exception):
         self.body = body
 
 
+def user_claim(name: str) -> dict[str, Any]:
+    """A claim as a user creates it: no label or owner reference of the operator's."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+
+
+def contains(stored: Any, desired: Any) -> bool:
+    """Whether ``stored`` has every field of ``desired`` (the apiserver adds defaults; lists match item by
+    item): a stored child that still holds all we sent was not pruned by its schema."""
+    if isinstance(desired, dict):
+        return isinstance(stored, dict) and all(contains(stored.get(k), v) for k, v in desired.items())
+    if isinstance(desired, list):
+        return (
+            isinstance(stored, list)
+            and len(stored) == len(desired)
+            and all(contains(s, d) for s, d in zip(stored, desired, strict=True))
+        )
+    return bool(stored == desired)
+
+
 def wait_for(
     fetch: Callable[[], T], until: Callable[[T], bool], *, timeout_s: float = 20, what: str = ""
 ) -> T:

@@ -26,6 +26,7 @@ class OperatorProcess:
         self.liveness_port = 0
         self.metrics_port = 0
         self.starts = 0
+        self._log_offset = 0
 
     def start(
         self,
@@ -34,6 +35,7 @@ class OperatorProcess:
         failpoints: str = "",
         kubeconfig: Path | None = None,
         wait: bool = True,
+        extra_args: Sequence[str] = (),
     ) -> None:
         """Start a fresh process (cluster-wide unless ``namespaces``; as the admin unless ``kubeconfig``);
         with ``wait``, until it is live."""
@@ -50,8 +52,11 @@ class OperatorProcess:
             f"--metrics-port={self.metrics_port}",
             "--log-format=full",
             *(f"--namespace={n}" for n in namespaces),
+            *extra_args,
         ]
         env = {**os.environ, "TRAINOP_FAILPOINTS": failpoints, "PYTHONUNBUFFERED": "1"}
+        log_path = self.log_dir / "operator.log"
+        self._log_offset = log_path.stat().st_size if log_path.exists() else 0
         self.process = processes.ManagedProcess.start(
             name=f"operator-{self.starts}", argv=argv, log_path=self.log_dir / "operator.log", env=env
         )
@@ -78,6 +83,12 @@ class OperatorProcess:
         """Wait for the process to end by itself (a failpoint); returns its exit code."""
         assert self.process is not None
         return self.process.popen.wait(timeout=timeout_s)
+
+    def log_of_this_start(self) -> str:
+        """What the current process logged (the file also holds earlier starts', other tests')."""
+        with (self.log_dir / "operator.log").open(errors="replace") as log:
+            log.seek(self._log_offset)
+            return log.read()
 
     def log_tail(self, num_lines: int = 60) -> str:
         return self.process.log_tail(num_lines=num_lines) if self.process else "(never started)"

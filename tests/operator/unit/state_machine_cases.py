@@ -7,7 +7,8 @@ from typing import Any
 
 import operator_factories as factories
 
-from trainop.controller import acceptance, observe, status, status_fields
+from trainop.api.trainingjob import TrainingJobOperatorStatus
+from trainop.controller import acceptance, observe, state_machine
 
 NOW = datetime.datetime(2026, 3, 1, 12, 0, 0, tzinfo=datetime.UTC)
 RFC = observe.format_time
@@ -58,35 +59,48 @@ def decide(
     claim: observe.ClaimPhase = observe.ClaimPhase.BOUND,
     pod_problems: tuple[observe.Problem, ...] = (),
     create_errors: dict[str, observe.Problem] | None = None,
-) -> status.Decision:
+    ownership: observe.Ownership = observe.Ownership.NONE,
+    claim_being_deleted: bool = False,
+    foreign_ray_jobs: frozenset[str] = frozenset(),
+    leftovers: tuple[str, ...] = (),
+) -> state_machine.Transition:
     verdict = acceptance.evaluate(body)
     claim_name = body["spec"].get("checkpoint", {}).get("storage", {}).get("existingClaim", "mlp-ckpt")
-    return status.next_status(
+    return state_machine.next_status(
         verdict,
-        status_fields.OwnedStatus.from_status(body.get("status")),
-        status.Observed(
+        verdict.kind.operator_status.from_stored(body.get("status")),
+        state_machine.Observed(
             now=now,
             generation=body["metadata"].get("generation"),
             ray_jobs={r.name: r for r in ray_jobs},
-            claim=observe.ClaimObservation(claim_name, claim, volume="pv-1", access_modes=("ReadWriteMany",)),
+            claim=observe.ClaimObservation(
+                claim_name,
+                claim,
+                volume="" if claim == observe.ClaimPhase.MISSING else "pv-1",
+                access_modes=("ReadWriteMany",),
+                being_deleted=claim_being_deleted,
+                ownership=ownership,
+            ),
             pod_problems=pod_problems,
             create_errors=create_errors or {},
+            foreign_ray_jobs=foreign_ray_jobs,
+            leftovers=leftovers,
         ),
     )
 
 
-def after(body: dict[str, Any], decision: status.Decision) -> dict[str, Any]:
-    """The body once the operator wrote the decision's status (and accepted the spec)."""
-    return {**accepted(body), "status": decision.status.wire(acceptance.evaluate(body).kind)}
+def after(body: dict[str, Any], transition: state_machine.Transition) -> dict[str, Any]:
+    """The body once the operator wrote the transition's status (and accepted the spec)."""
+    return {**body, "status": transition.status.to_wire()}
 
 
 def with_status(**fields: Any) -> dict[str, Any]:
     """A job whose operator-owned status already has ``fields`` (snake_case names), spec accepted."""
-    owned = status_fields.OwnedStatus(**fields)
-    return {**accepted(factories.job()), "status": owned.to_wire()}
+    owned = TrainingJobOperatorStatus(**fields)
+    return accepted({**factories.job(), "status": owned.to_wire()})
 
 
-def condition(decision: status.Decision, type_: str) -> tuple[str, str, str]:
-    found = [c for c in decision.status.conditions if c.type == type_]
-    assert len(found) == 1, decision.status.conditions
+def condition(transition: state_machine.Transition, type_: str) -> tuple[str, str, str]:
+    found = [c for c in transition.status.conditions if c.type == type_]
+    assert len(found) == 1, transition.status.conditions
     return found[0].status, found[0].reason, found[0].message

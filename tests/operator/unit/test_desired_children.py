@@ -436,28 +436,6 @@ def test_manifests_are_plain_json() -> None:
     assert json.loads(json.dumps(built)) == built
 
 
-# ------------------------------------------------------------------------------------ drift detection
-@pytest.mark.parametrize(
-    ("existing", "desired", "same"),
-    [
-        ({"a": 1, "defaulted": "x"}, {"a": 1}, True),  # the apiserver's defaults are not drift
-        ({"a": 1}, {"a": 2}, False),
-        ({"a": {"b": 1, "c": 2}}, {"a": {"b": 1}}, True),
-        ({"l": [{"k": 1, "apiGroup": ""}]}, {"l": [{"k": 1}]}, True),
-        ({"l": [{"k": 1}, {"k": 2}]}, {"l": [{"k": 1}]}, False),  # a removed rule is drift
-        ({"l": [{"k": 2}]}, {"l": [{"k": 1}]}, False),
-        ({}, {"a": None}, True),
-        ({"a": 1}, {"a": 1, "b": 1}, False),
-    ],
-)
-def test_drift_is_a_desired_field_that_differs_not_a_field_the_apiserver_added(
-    existing: dict[str, Any], desired: dict[str, Any], same: bool
-) -> None:
-    from trainop.controller import apply
-
-    assert apply.contains(existing, desired) is same
-
-
 @pytest.mark.parametrize("group", ["head", "worker"])
 def test_every_ray_container_turns_ray_trains_preemption_watcher_off(group: str) -> None:
     """The trainer never asks the watcher (preemption goes through the preStop hook), and its start logs an

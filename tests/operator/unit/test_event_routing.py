@@ -8,19 +8,27 @@ from typing import Any
 import operator_factories as factories
 import pytest
 
-from trainop.controller import engine, kinds, reconcile
+from trainop.controller import cache, engine, kinds, own_writes, reconcile
+
+# The owners-by-claim index as kopf would hold it: mlp uses the user's claim "shared-data".
+CLAIM_USERS = {
+    ("team-a", "shared-data"): [("TrainingJob", "mlp")],
+    ("team-a", "mlp-ckpt"): [("TrainingJob", "mlp")],
+}
 
 
 class NoReconciler(reconcile.Reconciler):
     """The engine under test only routes; its workers are never started."""
 
-    def __init__(self) -> None:
-        super().__init__(client=None)  # type: ignore[arg-type]
+    def __init__(self, children: cache.Cache) -> None:
+        super().__init__(client=None, children_cache=children)  # type: ignore[arg-type]
 
 
 @pytest.fixture
 def runtime() -> engine.Engine:
-    return engine.Engine(NoReconciler())
+    children = cache.Cache({f"{index_id}__x": {} for index_id in cache.INDEX_IDS})
+    children.bind({f"{cache.OWNERS_BY_CLAIM}__trainingjobs": CLAIM_USERS})
+    return engine.Engine(NoReconciler(children), children)
 
 
 async def queued(runtime: engine.Engine) -> list[reconcile.OwnerKey]:
@@ -86,6 +94,35 @@ async def test_child_events_are_routed_to_their_owner_by_label(
     assert await queued(runtime) == expected
 
 
+async def test_a_claim_without_our_labels_wakes_the_owner_that_names_it_as_existing_claim(
+    runtime: engine.Engine,
+) -> None:
+    runtime.child_event(
+        {"kind": "PersistentVolumeClaim", "metadata": {"name": "shared-data", "namespace": "team-a"}}
+    )
+    runtime.child_event(
+        {"kind": "PersistentVolumeClaim", "metadata": {"name": "unrelated", "namespace": "team-a"}}
+    )
+    assert await queued(runtime) == [KEY]
+
+
+async def test_the_echo_of_the_operators_own_write_queues_nothing_and_any_later_change_does(
+    runtime: engine.Engine,
+) -> None:
+    def role(version: str) -> dict[str, Any]:
+        meta = {"name": "mlp-trainer", "namespace": "team-a", "uid": "u1", "resourceVersion": version}
+        return {"kind": "Role", "metadata": {**meta, "labels": {"trainop.dev/job": "mlp"}}}
+
+    own = runtime._reconciler.own_writes
+    own.record(KEY, "Role", "mlp-trainer", own_writes.Record("u1", "7", "f"))
+    runtime.child_event(role("7"))
+    assert await queued(runtime) == []
+    assert own.current(KEY, "Role", "mlp-trainer", fingerprint="f")
+    runtime.child_event(role("8"))  # someone edited it: queued, and applied again by the next reconcile
+    assert await queued(runtime) == [KEY]
+    assert not own.current(KEY, "Role", "mlp-trainer", fingerprint="f")
+
+
 async def test_a_burst_of_child_events_queues_the_owner_once(runtime: engine.Engine) -> None:
     for i in range(50):
         runtime.child_event(
@@ -95,13 +132,13 @@ async def test_a_burst_of_child_events_queues_the_owner_once(runtime: engine.Eng
 
 
 def test_event_names_are_the_same_for_the_same_transition_and_differ_across_owners_and_transitions() -> None:
-    from trainop.controller import events, status
+    from trainop.controller import events, state_machine
 
     owner = factories.job()
     other = factories.job(uid="another-uid")
-    restarting = status.Event("Warning", "Restarting", "at 12:00:01", key="phase/Restarting/1/0/1")
-    again = status.Event("Warning", "Restarting", "at 12:00:02", key="phase/Restarting/1/0/1")
-    later = status.Event("Warning", "Restarting", "at 12:00:01", key="phase/Restarting/2/1/2")
+    restarting = state_machine.Event("Warning", "Restarting", "at 12:00:01", key="phase/Restarting/1/0/1")
+    again = state_machine.Event("Warning", "Restarting", "at 12:00:02", key="phase/Restarting/1/0/1")
+    later = state_machine.Event("Warning", "Restarting", "at 12:00:01", key="phase/Restarting/2/1/2")
     assert events.name(owner, restarting) == events.name(owner, again)
     assert events.name(owner, restarting) != events.name(other, restarting)
     assert events.name(owner, restarting) != events.name(owner, later)

@@ -7,13 +7,13 @@ import pytest
 from state_machine_cases import NOW, RFC, after, condition, decide, ray_job, seconds, with_status
 
 from trainop.api.trainingjob import Phase, StorageStatus
-from trainop.controller import conditions, observe, status
+from trainop.controller import conditions, observe, state_machine
 
 
 # ---------------------------------------------------------------------------------------- conditions
 def test_every_condition_type_is_always_present_once() -> None:
-    decision = decide(factories.job())
-    assert [c.type for c in decision.status.conditions] == list(conditions.TYPES)
+    transition = decide(factories.job())
+    assert [c.type for c in transition.status.conditions] == list(conditions.TYPES)
 
 
 def test_last_transition_time_moves_only_when_a_condition_status_changes() -> None:
@@ -24,8 +24,8 @@ def test_last_transition_time_moves_only_when_a_condition_status_changes() -> No
     same = decide(body, ray_job("mlp-a1", "PENDING", "Running"), now=later)
     running = decide(body, ray_job("mlp-a1", "RUNNING", "Running"), now=later)
 
-    def times(decision: status.Decision) -> dict[str, str | None]:
-        return {c.type: c.last_transition_time for c in decision.status.conditions}
+    def times(transition: state_machine.Transition) -> dict[str, str | None]:
+        return {c.type: c.last_transition_time for c in transition.status.conditions}
 
     assert times(same) == times(first)
     assert times(running)[conditions.RUNNING] == RFC(later)
@@ -38,7 +38,8 @@ def test_last_transition_time_moves_only_when_a_condition_status_changes() -> No
         (observe.ClaimPhase.BOUND, False, ("True", "ClaimBound")),
         (observe.ClaimPhase.PENDING, False, ("False", "ClaimPending")),
         (observe.ClaimPhase.LOST, False, ("False", "ClaimLost")),
-        (observe.ClaimPhase.MISSING, False, ("Unknown", "ClaimCreating")),
+        # The reconcile that writes this creates the claim next: unbound, like any new claim.
+        (observe.ClaimPhase.MISSING, False, ("False", "ClaimPending")),
         (observe.ClaimPhase.MISSING, True, ("False", "ClaimNotFound")),
     ],
 )
@@ -50,13 +51,13 @@ def test_storage_ready_tells_the_state_of_the_checkpoint_claim(
 
 
 def test_a_missing_existing_claim_says_which_field_to_fix_and_posts_a_warning() -> None:
-    decision = decide(
+    transition = decide(
         factories.job(spec={"checkpoint": {"storage": {"existingClaim": "shared-ckpt"}}}),
         claim=observe.ClaimPhase.MISSING,
     )
-    message = condition(decision, conditions.STORAGE_READY)[2]
+    message = condition(transition, conditions.STORAGE_READY)[2]
     assert "spec.checkpoint.storage.existingClaim 'shared-ckpt'" in message
-    assert ("Warning", "ClaimNotFound") in [(e.type, e.reason) for e in decision.events]
+    assert ("Warning", "ClaimNotFound") in [(e.type, e.reason) for e in transition.events]
 
 
 @pytest.mark.parametrize(
@@ -73,9 +74,9 @@ def test_pod_problems_while_provisioning_show_in_ray_cluster_ready_and_post_a_wa
     problem: observe.Problem, reason: str
 ) -> None:
     body = with_status(phase=Phase.PROVISIONING, attempt=1, start_time=RFC(NOW))
-    decision = decide(body, ray_job("mlp-a1", "", "Initializing"), pod_problems=(problem,))
-    assert condition(decision, conditions.RAY_CLUSTER_READY) == ("False", reason, problem.message)
-    assert ("Warning", reason) in [(e.type, e.reason) for e in decision.events]
+    transition = decide(body, ray_job("mlp-a1", "", "Initializing"), pod_problems=(problem,))
+    assert condition(transition, conditions.RAY_CLUSTER_READY) == ("False", reason, problem.message)
+    assert ("Warning", reason) in [(e.type, e.reason) for e in transition.events]
 
 
 def test_quota_refusals_reported_by_kuberay_show_as_quota_exceeded() -> None:
@@ -90,17 +91,17 @@ def test_quota_refusals_reported_by_kuberay_show_as_quota_exceeded() -> None:
             }
         ]
     }
-    decision = decide(body, ray_job("mlp-a1", "", "Initializing", cluster_status=cluster))
-    reason, message = condition(decision, conditions.RAY_CLUSTER_READY)[1:]
+    transition = decide(body, ray_job("mlp-a1", "", "Initializing", cluster_status=cluster))
+    reason, message = condition(transition, conditions.RAY_CLUSTER_READY)[1:]
     assert reason == "QuotaExceeded" and "exceeded quota" in message
 
 
 def test_a_child_creation_error_from_the_last_reconcile_explains_the_stuck_phase() -> None:
     problem = observe.Problem("QuotaExceeded", "Cannot create PersistentVolumeClaim mlp-ckpt: exceeded quota")
-    decision = decide(
+    transition = decide(
         factories.job(), claim=observe.ClaimPhase.MISSING, create_errors={"PersistentVolumeClaim": problem}
     )
-    assert condition(decision, conditions.STORAGE_READY) == ("False", "QuotaExceeded", problem.message)
+    assert condition(transition, conditions.STORAGE_READY) == ("False", "QuotaExceeded", problem.message)
 
 
 # ------------------------------------------------------------------------------------ object storage

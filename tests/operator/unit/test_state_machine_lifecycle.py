@@ -7,8 +7,8 @@ import pytest
 from state_machine_cases import NOW, RFC, accepted, after, condition, decide, ray_job, seconds, with_status
 
 from trainop.api import manifest, trainingjob
-from trainop.api.trainingjob import Phase
-from trainop.controller import acceptance, conditions, kinds, observe, status_fields
+from trainop.api.trainingjob import Phase, TrainingJobOperatorStatus
+from trainop.controller import conditions, kinds, observe
 
 
 # ----------------------------------------------------------------------------------------- deadline
@@ -16,28 +16,28 @@ def test_the_deadline_fails_a_running_job_and_deletes_its_rayjob() -> None:
     body = factories.job(spec={"activeDeadlineSeconds": 60})
     body = {
         **accepted(body),
-        "status": status_fields.OwnedStatus(
+        "status": TrainingJobOperatorStatus(
             phase=Phase.RUNNING, attempt=1, start_time=RFC(NOW - seconds(61))
         ).to_wire(),
     }
-    decision = decide(body, ray_job("mlp-a1", "RUNNING", "Running"))
-    assert decision.status.phase == Phase.FAILED
-    assert condition(decision, conditions.FAILED)[1] == "DeadlineExceeded"
-    assert "activeDeadlineSeconds=60" in condition(decision, conditions.FAILED)[2]
-    assert decision.ray_job is None  # still running: deleted so the cluster stops
+    transition = decide(body, ray_job("mlp-a1", "RUNNING", "Running"))
+    assert transition.status.phase == Phase.FAILED
+    assert condition(transition, conditions.FAILED)[1] == "DeadlineExceeded"
+    assert "activeDeadlineSeconds=60" in condition(transition, conditions.FAILED)[2]
+    assert transition.ray_job is None  # still running: deleted so the cluster stops
 
 
 def test_before_the_deadline_the_job_is_requeued_for_it() -> None:
     body = factories.job(spec={"activeDeadlineSeconds": 60})
     body = {
         **accepted(body),
-        "status": status_fields.OwnedStatus(
+        "status": TrainingJobOperatorStatus(
             phase=Phase.RUNNING, attempt=1, start_time=RFC(NOW - seconds(20))
         ).to_wire(),
     }
-    decision = decide(body, ray_job("mlp-a1", "RUNNING", "Running"))
-    assert decision.status.phase == Phase.RUNNING
-    assert decision.requeue_after == 40.0
+    transition = decide(body, ray_job("mlp-a1", "RUNNING", "Running"))
+    assert transition.status.phase == Phase.RUNNING
+    assert transition.requeue_after == 40.0
 
 
 def test_the_longest_deadline_and_ttl_allowed_are_requeued_without_overflow() -> None:
@@ -45,11 +45,11 @@ def test_the_longest_deadline_and_ttl_allowed_are_requeued_without_overflow() ->
     body = factories.job(spec={"activeDeadlineSeconds": longest})
     body = {
         **accepted(body),
-        "status": status_fields.OwnedStatus(phase=Phase.RUNNING, attempt=1, start_time=RFC(NOW)).to_wire(),
+        "status": TrainingJobOperatorStatus(phase=Phase.RUNNING, attempt=1, start_time=RFC(NOW)).to_wire(),
     }
     assert decide(body, ray_job("mlp-a1", "RUNNING", "Running")).requeue_after == float(longest)
     body = factories.job(spec={"ttlSecondsAfterFinished": longest})
-    owned = status_fields.OwnedStatus(phase=Phase.SUCCEEDED, attempt=1, completion_time=RFC(NOW))
+    owned = TrainingJobOperatorStatus(phase=Phase.SUCCEEDED, attempt=1, completion_time=RFC(NOW))
     assert decide({**accepted(body), "status": owned.to_wire()}).requeue_after == float(longest)
     with pytest.raises(manifest.ManifestError, match="activeDeadlineSeconds"):
         kinds.parse(factories.job(spec={"activeDeadlineSeconds": longest + 1}))
@@ -57,23 +57,23 @@ def test_the_longest_deadline_and_ttl_allowed_are_requeued_without_overflow() ->
 
 def test_the_deadline_also_ends_a_restart_backoff() -> None:
     body = factories.job(spec={"activeDeadlineSeconds": 60})
-    owned = status_fields.OwnedStatus(
+    owned = TrainingJobOperatorStatus(
         phase=Phase.RESTARTING,
         attempt=1,
         start_time=RFC(NOW - seconds(70)),
         next_restart_time=RFC(NOW + seconds(9)),
     )
-    decision = decide({**accepted(body), "status": owned.to_wire()})
-    assert decision.status.phase == Phase.FAILED
-    assert decision.status.next_restart_time is None
+    transition = decide({**accepted(body), "status": owned.to_wire()})
+    assert transition.status.phase == Phase.FAILED
+    assert transition.status.next_restart_time is None
 
 
 def test_the_deadline_does_not_run_while_suspended() -> None:
     body = factories.job(spec={"activeDeadlineSeconds": 60, "suspend": True})
-    owned = status_fields.OwnedStatus(phase=Phase.SUSPENDED, attempt=1, start_time=RFC(NOW - seconds(3600)))
-    decision = decide({**accepted(body), "status": owned.to_wire()})
-    assert decision.status.phase == Phase.SUSPENDED
-    assert decision.requeue_after is None
+    owned = TrainingJobOperatorStatus(phase=Phase.SUSPENDED, attempt=1, start_time=RFC(NOW - seconds(3600)))
+    transition = decide({**accepted(body), "status": owned.to_wire()})
+    assert transition.status.phase == Phase.SUSPENDED
+    assert transition.requeue_after is None
 
 
 # ------------------------------------------------------------------------------------------ suspend
@@ -82,28 +82,34 @@ def test_suspend_deletes_the_rayjob_keeps_the_other_children_and_cancels_a_pendi
     phase: Phase,
 ) -> None:
     body = factories.job(spec={"suspend": True})
-    owned = status_fields.OwnedStatus(
+    owned = TrainingJobOperatorStatus(
         phase=phase, attempt=1, start_time=RFC(NOW), next_restart_time=RFC(NOW + seconds(5))
     )
-    decision = decide({**accepted(body), "status": owned.to_wire()}, ray_job("mlp-a1", "RUNNING", "Running"))
-    assert decision.status.phase == Phase.SUSPENDED
-    assert (decision.ray_job, decision.create_ray_job, decision.apply_children) == (None, False, True)
-    assert decision.status.next_restart_time is None
-    assert decision.status.attempt == 1 and decision.status.restarts == 0
-    assert condition(decision, conditions.SUSPENDED)[:2] == ("True", "Suspended")
-    assert "mlp-ckpt" in condition(decision, conditions.SUSPENDED)[2]
+    transition = decide(
+        {**accepted(body), "status": owned.to_wire()}, ray_job("mlp-a1", "RUNNING", "Running")
+    )
+    assert transition.status.phase == Phase.SUSPENDED
+    assert (transition.ray_job, transition.create_ray_job, transition.apply_children) == (None, False, True)
+    assert transition.status.next_restart_time is None
+    assert transition.status.attempt == 1 and transition.status.restarts == 0
+    assert condition(transition, conditions.SUSPENDED)[:2] == ("True", "Suspended")
+    assert "mlp-ckpt" in condition(transition, conditions.SUSPENDED)[2]
 
 
 def test_resume_starts_a_new_attempt_that_is_not_counted_as_a_restart_and_resets_the_deadline_clock() -> None:
-    owned = status_fields.OwnedStatus(
+    owned = TrainingJobOperatorStatus(
         phase=Phase.SUSPENDED, attempt=2, restarts=1, start_time=RFC(NOW - seconds(999))
     )
-    decision = decide({**accepted(factories.job()), "status": owned.to_wire()})
-    assert (decision.status.phase, decision.status.attempt, decision.status.restarts) == (Phase.PENDING, 3, 1)
-    assert decision.status.start_time == RFC(NOW)
-    assert (decision.ray_job, decision.create_ray_job) == ("mlp-a3", True)
-    assert decision.restarted is False
-    assert [e.reason for e in decision.events] == ["Resumed", "Pending"]
+    transition = decide({**accepted(factories.job()), "status": owned.to_wire()})
+    assert (transition.status.phase, transition.status.attempt, transition.status.restarts) == (
+        Phase.PENDING,
+        3,
+        1,
+    )
+    assert transition.status.start_time == RFC(NOW)
+    assert (transition.ray_job, transition.create_ray_job) == ("mlp-a3", True)
+    assert transition.restarted is False
+    assert [e.reason for e in transition.events] == ["Resumed"]
 
 
 def test_a_job_created_suspended_creates_no_rayjob_and_starts_attempt_one_on_resume() -> None:
@@ -126,19 +132,19 @@ def test_a_job_created_suspended_creates_no_rayjob_and_starts_attempt_one_on_res
 def test_finished_jobs_stay_finished_whatever_the_rayjobs_say(
     phase: Phase, observed: observe.RayJobObservation
 ) -> None:
-    owned = status_fields.OwnedStatus(phase=phase, attempt=1, completion_time=RFC(NOW - seconds(5)))
-    decision = decide(
+    owned = TrainingJobOperatorStatus(phase=phase, attempt=1, completion_time=RFC(NOW - seconds(5)))
+    transition = decide(
         {**accepted(factories.job(spec={"suspend": True})), "status": owned.to_wire()}, observed
     )
-    assert decision.status.phase == phase
-    assert decision.status.attempt == 1
-    assert decision.create_ray_job is False and decision.apply_children is False
-    assert decision.events == ()
+    assert transition.status.phase == phase
+    assert transition.status.attempt == 1
+    assert transition.create_ray_job is False and transition.apply_children is False
+    assert transition.events == ()
 
 
 def test_ttl_after_finished_requeues_until_due_then_deletes_the_job() -> None:
     body = factories.job(spec={"ttlSecondsAfterFinished": 30})
-    owned = status_fields.OwnedStatus(
+    owned = TrainingJobOperatorStatus(
         phase=Phase.SUCCEEDED, attempt=1, completion_time=RFC(NOW - seconds(10))
     )
     body = {**accepted(body), "status": owned.to_wire()}
@@ -149,21 +155,21 @@ def test_ttl_after_finished_requeues_until_due_then_deletes_the_job() -> None:
 
 
 def test_without_ttl_a_finished_job_is_kept_and_never_requeued() -> None:
-    owned = status_fields.OwnedStatus(
+    owned = TrainingJobOperatorStatus(
         phase=Phase.FAILED, attempt=1, completion_time=RFC(NOW - seconds(10**6))
     )
-    decision = decide({**accepted(factories.job()), "status": owned.to_wire()})
-    assert (decision.delete_owner, decision.requeue_after) == (False, None)
+    transition = decide({**accepted(factories.job()), "status": owned.to_wire()})
+    assert (transition.delete_owner, transition.requeue_after) == (False, None)
 
 
 def test_a_job_finishing_now_is_requeued_for_its_ttl() -> None:
     body = factories.job(spec={"ttlSecondsAfterFinished": 0})
-    owned = status_fields.OwnedStatus(phase=Phase.RUNNING, attempt=1, start_time=RFC(NOW))
-    decision = decide(
+    owned = TrainingJobOperatorStatus(phase=Phase.RUNNING, attempt=1, start_time=RFC(NOW))
+    transition = decide(
         {**accepted(body), "status": owned.to_wire()}, ray_job("mlp-a1", "SUCCEEDED", "Complete")
     )
-    assert decision.status.phase == Phase.SUCCEEDED
-    assert decision.delete_owner is True
+    assert transition.status.phase == Phase.SUCCEEDED
+    assert transition.delete_owner is True
 
 
 # ------------------------------------------------------------------------------------- spec changes
@@ -171,26 +177,26 @@ def test_an_immutable_change_is_refused_and_the_job_keeps_running_the_previous_s
     running = with_status(phase=Phase.RUNNING, attempt=1, start_time=RFC(NOW))
     running["spec"]["workers"]["replicas"] = 8
     running["metadata"]["generation"] = 2
-    decision = decide(running, ray_job("mlp-a1", "RUNNING", "Running"))
-    assert decision.status.phase == Phase.RUNNING
-    assert decision.status.workers == 2  # the accepted spec's value
-    assert decision.status.observed_generation == 2
-    status_, reason, message = condition(decision, conditions.SPEC_APPLIED)
+    transition = decide(running, ray_job("mlp-a1", "RUNNING", "Running"))
+    assert transition.status.phase == Phase.RUNNING
+    assert transition.status.workers == 2  # the accepted spec's value
+    assert transition.status.observed_generation == 2
+    status_, reason, message = condition(transition, conditions.SPEC_APPLIED)
     assert (status_, reason) == ("False", "ImmutableFieldChanged")
     assert "spec.workers.replicas cannot change from 2 to 8" in message
-    assert ("Warning", "ImmutableFieldChanged") in [(e.type, e.reason) for e in decision.events]
+    assert ("Warning", "ImmutableFieldChanged") in [(e.type, e.reason) for e in transition.events]
 
 
 def test_an_invalid_spec_that_was_never_accepted_fails_the_job_naming_the_field() -> None:
     body = factories.job(spec={"precision": "fp16"})  # fp16 needs GPUs; the CRD schema cannot tell
-    decision = decide(body)
-    assert decision.status.phase == Phase.FAILED
-    assert decision.status.attempt == 0
-    assert (decision.ray_job, decision.apply_children) == (None, False)
-    valid = condition(decision, conditions.SPEC_VALID)
+    transition = decide(body)
+    assert transition.status.phase == Phase.FAILED
+    assert transition.status.attempt == 0
+    assert (transition.ray_job, transition.apply_children) == (None, False)
+    valid = condition(transition, conditions.SPEC_VALID)
     assert valid[:2] == ("False", "InvalidSpec") and "fp16" in valid[2]
-    assert condition(decision, conditions.FAILED)[1] == "InvalidSpec"
-    assert [(e.type, e.reason) for e in decision.events] == [
+    assert condition(transition, conditions.FAILED)[1] == "InvalidSpec"
+    assert [(e.type, e.reason) for e in transition.events] == [
         ("Warning", "Failed"),
         ("Warning", "InvalidSpec"),
     ]
@@ -199,7 +205,7 @@ def test_an_invalid_spec_that_was_never_accepted_fails_the_job_naming_the_field(
 def test_an_invalid_spec_failure_is_final_and_posts_its_events_once() -> None:
     body = factories.job(spec={"precision": "fp16"})
     first = decide(body)
-    second = decide({**body, "status": first.status.wire(acceptance.evaluate(body).kind)})
+    second = decide({**body, "status": first.status.to_wire()})
     assert second.status.phase == Phase.FAILED
     assert second.events == ()
 
@@ -207,16 +213,20 @@ def test_an_invalid_spec_failure_is_final_and_posts_its_events_once() -> None:
 def test_fixing_the_spec_of_a_job_that_failed_for_an_invalid_spec_starts_it() -> None:
     invalid = factories.job(spec={"precision": "fp16"})
     failed = decide(invalid)
-    fixed = {**factories.job(generation=2), "status": failed.status.wire(acceptance.evaluate(invalid).kind)}
-    decision = decide(fixed)
-    assert (decision.status.phase, decision.status.attempt, decision.ray_job) == (Phase.PENDING, 1, "mlp-a1")
-    assert decision.status.completion_time is None
-    assert condition(decision, conditions.SPEC_VALID)[0] == "True"
-    assert condition(decision, conditions.FAILED)[0] == "False"
+    fixed = {**factories.job(generation=2), "status": failed.status.to_wire()}
+    transition = decide(fixed)
+    assert (transition.status.phase, transition.status.attempt, transition.ray_job) == (
+        Phase.PENDING,
+        1,
+        "mlp-a1",
+    )
+    assert transition.status.completion_time is None
+    assert condition(transition, conditions.SPEC_VALID)[0] == "True"
+    assert condition(transition, conditions.FAILED)[0] == "False"
 
 
 def test_a_job_that_failed_after_running_stays_failed_when_its_spec_changes() -> None:
-    owned = status_fields.OwnedStatus(phase=Phase.RUNNING, attempt=1, restarts=2, start_time=RFC(NOW))
+    owned = TrainingJobOperatorStatus(phase=Phase.RUNNING, attempt=1, restarts=2, start_time=RFC(NOW))
     body = {**accepted(factories.job()), "status": owned.to_wire()}
     failed = decide(body, ray_job("mlp-a1", "FAILED", "Failed"))
     assert failed.status.phase == Phase.FAILED
@@ -228,8 +238,8 @@ def test_a_job_that_failed_after_running_stays_failed_when_its_spec_changes() ->
 def test_an_invalid_edit_of_a_running_job_is_refused_and_the_job_keeps_running() -> None:
     running = with_status(phase=Phase.RUNNING, attempt=1, start_time=RFC(NOW))
     running["spec"]["precision"] = "fp16"
-    decision = decide(running, ray_job("mlp-a1", "RUNNING", "Running"))
-    assert decision.status.phase == Phase.RUNNING
-    assert condition(decision, conditions.SPEC_VALID)[:2] == ("False", "InvalidSpec")
-    assert condition(decision, conditions.SPEC_APPLIED)[:2] == ("False", "InvalidSpec")
-    assert decision.ray_job == "mlp-a1"
+    transition = decide(running, ray_job("mlp-a1", "RUNNING", "Running"))
+    assert transition.status.phase == Phase.RUNNING
+    assert condition(transition, conditions.SPEC_VALID)[:2] == ("False", "InvalidSpec")
+    assert condition(transition, conditions.SPEC_APPLIED)[:2] == ("False", "InvalidSpec")
+    assert transition.ray_job == "mlp-a1"

@@ -1,5 +1,5 @@
-"""The state machine (``status.next_status``): first sight, KubeRay status to phase, success, and what a
-status write may contain."""
+"""The state machine (``state_machine.next_status``): first sight, KubeRay status to phase, success, and
+what a status write may contain."""
 
 from __future__ import annotations
 
@@ -9,30 +9,31 @@ import operator_factories as factories
 import pytest
 from state_machine_cases import NOW, RFC, accepted, after, condition, decide, ray_job, seconds, with_status
 
-from trainop.api.trainingjob import Phase
-from trainop.controller import acceptance, conditions, status_fields
+from trainop.api import operator_status
+from trainop.api.trainingjob import Phase, TrainingJobOperatorStatus
+from trainop.controller import conditions
 
 
 # ------------------------------------------------------------------------------------------- first sight
 def test_a_new_job_starts_attempt_one_in_pending_and_asks_for_its_rayjob() -> None:
-    decision = decide(factories.job())
+    transition = decide(factories.job())
 
-    assert decision.status.phase == Phase.PENDING
-    assert decision.status.attempt == 1
-    assert decision.status.restarts == 0
-    assert decision.status.start_time == RFC(NOW)
-    assert decision.ray_job == "mlp-a1"
-    assert decision.create_ray_job is True
-    assert decision.apply_children is True
-    assert decision.status.children is not None
-    assert decision.status.children.model_dump() == {
+    assert transition.status.phase == Phase.PENDING
+    assert transition.status.attempt == 1
+    assert transition.status.restarts == 0
+    assert transition.status.start_time == RFC(NOW)
+    assert transition.ray_job == "mlp-a1"
+    assert transition.create_ray_job is True
+    assert transition.apply_children is True
+    assert transition.status.children is not None
+    assert transition.status.children.model_dump() == {
         "ray_job": "mlp-a1",
         "config_map": "mlp-trainer",
         "persistent_volume_claim": "mlp-ckpt",
         "service_account": "mlp-trainer",
     }
-    assert (decision.status.workers, decision.status.gpus) == (2, 0)
-    assert [(e.type, e.reason) for e in decision.events] == [("Normal", "Pending")]
+    assert (transition.status.workers, transition.status.gpus) == (2, 0)
+    assert transition.events == ()  # Pending is progress, shown by the status: no Event for it
 
 
 def test_gpus_in_status_is_replicas_times_gpus_per_worker_for_the_printer_column() -> None:
@@ -74,19 +75,19 @@ def test_kuberay_job_and_deployment_status_map_to_one_phase(
 
 def test_a_rayjob_of_another_attempt_is_not_taken_for_the_current_one() -> None:
     body = with_status(phase=Phase.PENDING, attempt=2, restarts=1, start_time=RFC(NOW))
-    decision = decide(body, ray_job("mlp-a1", "RUNNING", "Running"))
-    assert decision.status.phase == Phase.PENDING
-    assert decision.ray_job == "mlp-a2"
+    transition = decide(body, ray_job("mlp-a1", "RUNNING", "Running"))
+    assert transition.status.phase == Phase.PENDING
+    assert transition.ray_job == "mlp-a2"
 
 
 def test_a_vanished_rayjob_of_a_running_attempt_is_recreated_under_the_same_name() -> None:
-    decision = decide(with_status(phase=Phase.RUNNING, attempt=1, start_time=RFC(NOW)))
-    assert (decision.status.phase, decision.ray_job, decision.create_ray_job) == (
+    transition = decide(with_status(phase=Phase.RUNNING, attempt=1, start_time=RFC(NOW)))
+    assert (transition.status.phase, transition.ray_job, transition.create_ray_job) == (
         Phase.PENDING,
         "mlp-a1",
         True,
     )
-    assert decision.status.restarts == 0
+    assert transition.status.restarts == 0
 
 
 def test_time_to_running_is_measured_from_the_rayjob_creation_once() -> None:
@@ -99,12 +100,16 @@ def test_time_to_running_is_measured_from_the_rayjob_creation_once() -> None:
 
 def test_success_finishes_the_job_and_keeps_the_finished_rayjob_as_the_record() -> None:
     body = with_status(phase=Phase.RUNNING, attempt=1, start_time=RFC(NOW - seconds(600)))
-    decision = decide(body, ray_job("mlp-a1", "SUCCEEDED", "Complete"))
-    assert decision.status.phase == Phase.SUCCEEDED
-    assert decision.status.completion_time == RFC(NOW)
-    assert (decision.ray_job, decision.create_ray_job, decision.apply_children) == ("mlp-a1", False, False)
-    assert condition(decision, conditions.COMPLETE)[:2] == ("True", "Succeeded")
-    assert condition(decision, conditions.FAILED)[0] == "False"
+    transition = decide(body, ray_job("mlp-a1", "SUCCEEDED", "Complete"))
+    assert transition.status.phase == Phase.SUCCEEDED
+    assert transition.status.completion_time == RFC(NOW)
+    assert (transition.ray_job, transition.create_ray_job, transition.apply_children) == (
+        "mlp-a1",
+        False,
+        False,
+    )
+    assert condition(transition, conditions.COMPLETE)[:2] == ("True", "Succeeded")
+    assert condition(transition, conditions.FAILED)[0] == "False"
 
 
 # ------------------------------------------------------------------------------------ status writes
@@ -116,22 +121,20 @@ def test_only_operator_owned_fields_are_read_and_written() -> None:
         "checkpoint": {"step": 10, "path": "/c", "time": RFC(NOW)},
         "network": {"profile": "tcp"},
     }
-    owned = status_fields.OwnedStatus.from_status(raw)
+    owned = TrainingJobOperatorStatus.from_stored(raw)
     body = {**accepted(factories.job()), "status": raw}
-    decision = decide(body, ray_job("mlp-a1", "RUNNING", "Running"))
-    patch = status_fields.merge_patch(
-        owned.wire(acceptance.evaluate(body).kind), decision.status.wire(acceptance.evaluate(body).kind)
-    )
+    transition = decide(body, ray_job("mlp-a1", "RUNNING", "Running"))
+    patch = transition.status.merge_patch_from(raw)
     assert not {"progress", "checkpoint", "network"} & set(owned.to_wire())
     assert not {"progress", "checkpoint", "network"} & set(patch)
 
 
 def test_a_sweep_status_carries_no_workers_or_gpus() -> None:
     body = factories.sweep()
-    decision = decide(body)
-    wire = decision.status.wire(acceptance.evaluate(body).kind)
+    transition = decide(body)
+    wire = transition.status.to_wire()
     assert "workers" not in wire and "gpus" not in wire
-    assert decision.ray_job == "lr-s1"
+    assert transition.ray_job == "lr-s1"
 
 
 @pytest.mark.parametrize(
@@ -149,4 +152,4 @@ def test_a_sweep_status_carries_no_workers_or_gpus() -> None:
 def test_merge_patch_turns_the_old_status_into_the_new_one(
     old: dict[str, Any], new: dict[str, Any], patch: dict[str, Any]
 ) -> None:
-    assert status_fields.merge_patch(old, new) == patch
+    assert operator_status.merge_patch(old, new) == patch

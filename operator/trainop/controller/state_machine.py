@@ -1,4 +1,4 @@
-"""The phase state machine: ``next_status(verdict, current, observed) -> Decision``, a pure function.
+"""The phase state machine: ``next_status(verdict, current, observed) -> Transition``, a pure function.
 
 ::
 
@@ -15,14 +15,19 @@
     Provisioning  KubeRay is creating the Ray cluster / submitting the Ray job
     Running       the Ray job runs (KubeRay: jobStatus RUNNING)
 
-Only the operator-owned part of the status is read and written here (:class:`status_fields.OwnedStatus`); the
-trainer's fields (progress, checkpoint, network) never pass through this module, so a status patch made
-from its result cannot overwrite them.
+Only the operator-owned part of the status is read and written here (``operator_status.OperatorStatus``,
+as extended by the owner's kind); the trainer's fields (progress, checkpoint, network) never pass through
+this module, so a status patch made from its result cannot overwrite them.
+
+The status tells the truth at every moment: ``children`` names only objects that exist or that the
+reconcile writing it is about to create, and while the RayJob cannot be created -- its storage does not
+exist yet, or a namesake's leftover is still being deleted -- the phase stays Pending, ``children.rayJob``
+stays empty and the conditions say what is awaited. No RayJob (so no pod) starts before its claim exists.
 
 Restart timing is persisted, never only slept on: entering Restarting records ``nextRestartTime``; the
-next attempt starts on the first reconcile at or after it, whichever operator process runs it. A Decision
+next attempt starts on the first reconcile at or after it, whichever operator process runs it. A Transition
 carries ``requeue_after`` so the caller can schedule that reconcile. The caller must write the status
-before acting on the Decision (creating or deleting RayJobs): the status is the record of intent, so a
+before acting on the Transition (creating or deleting RayJobs): the status is the record of intent, so a
 crash between the two repeats the same actions and never loses a failure or double-counts a restart.
 
 Suspend is not a restart: resuming creates attempt N+1 but leaves ``restarts`` alone, and resets
@@ -35,9 +40,16 @@ import dataclasses
 import datetime
 from collections.abc import Mapping
 
-from trainop.api import manifest
-from trainop.api.trainingjob import MAX_FAILURE_HISTORY, Children, Failure, FailurePolicy, Phase
-from trainop.controller import acceptance, conditions, kinds, observe, status_fields
+from trainop.api import manifest, operator_status, trainingjob
+from trainop.api.operator_status import MAX_FAILURE_HISTORY, Children, Failure, Phase
+from trainop.controller import acceptance, conditions, kinds, observe
+
+# Phases whose entry is announced with an Event: outcomes and what a user did or must look at. Entering
+# Pending or Provisioning is progress, which the status shows; an Event for it would be one more write per
+# job (and per attempt) saying what `kubectl get` already says.
+ANNOUNCED_PHASES = frozenset(
+    {Phase.RUNNING, Phase.RESTARTING, Phase.SUSPENDED, Phase.SUCCEEDED, Phase.FAILED}
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +62,10 @@ class Observed:
     pod_problems: tuple[observe.Problem, ...] = ()
     # Problems creating children in the previous reconcile, by child kind ("PersistentVolumeClaim", "RayJob").
     create_errors: Mapping[str, observe.Problem] = dataclasses.field(default_factory=dict)
+    # RayJobs labelled with this owner's name that another incarnation of it made (a deleted namesake's).
+    foreign_ray_jobs: frozenset[str] = frozenset()
+    # Server-side applied children under this owner's names seen being deleted ("Role mlp-trainer").
+    leftovers: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,36 +79,40 @@ class Event:
 
 
 @dataclasses.dataclass(frozen=True)
-class Decision:
-    status: status_fields.OwnedStatus
+class Transition:
+    """One evaluation of the state machine: the status it leads to, and what the caller does next."""
+
+    status: operator_status.OperatorStatus
     events: tuple[Event, ...] = ()
     # The only RayJob of this owner that may exist; the caller deletes every other one.
     ray_job: str | None = None
     create_ray_job: bool = False
     # Create or update the ConfigMap, claim, ServiceAccount, Role and RoleBinding.
     apply_children: bool = False
+    # Add this owner's reference to the checkpoint claim found under its name (deleteWithJob: true).
+    adopt_claim: bool = False
     delete_owner: bool = False
     requeue_after: float | None = None
     restarted: bool = False
     time_to_running: float | None = None
 
 
-def restart_delay(policy: FailurePolicy, restarts: int) -> int:
+def restart_delay(policy: trainingjob.FailurePolicy, restarts: int) -> int:
     """Seconds before restart number ``restarts + 1``: backoffSeconds doubling per restart, capped."""
     return min(policy.backoff_seconds * int(2 ** min(restarts, 32)), policy.max_backoff_seconds)
 
 
 def next_status(
-    verdict: acceptance.Acceptance, current: status_fields.OwnedStatus, observed: Observed
-) -> Decision:
-    return _Transition(verdict, current, observed).run()
+    verdict: acceptance.Acceptance, current: operator_status.OperatorStatus, observed: Observed
+) -> Transition:
+    return _Evaluation(verdict, current, observed).run()
 
 
-class _Transition:
+class _Evaluation:
     """One evaluation of the state machine; a class only to share the working copy between its steps."""
 
     def __init__(
-        self, verdict: acceptance.Acceptance, current: status_fields.OwnedStatus, observed: Observed
+        self, verdict: acceptance.Acceptance, current: operator_status.OperatorStatus, observed: Observed
     ) -> None:
         self.verdict = verdict
         self.current = current
@@ -106,7 +126,7 @@ class _Transition:
         self.ray: observe.RayJobObservation | None = None
 
     # ----------------------------------------------------------------------------------------- flow
-    def run(self) -> Decision:
+    def run(self) -> Transition:
         resource = self.verdict.resource
         if resource is None:
             if not self._finished:
@@ -165,7 +185,7 @@ class _Transition:
 
     def _follow_ray_job(
         self, resource: manifest.Resource, life: kinds.Lifecycle, *, restarted: bool
-    ) -> Decision:
+    ) -> Transition:
         kind = self.verdict.kind
         attempt = self.status.attempt
         name = kind.ray_job_name(resource.metadata.name, attempt)
@@ -174,12 +194,26 @@ class _Transition:
         was_running = self.current.phase == Phase.RUNNING
         match state:
             case observe.AttemptState.ABSENT:
-                self._enter(Phase.PENDING, "Pending", f"Creating RayJob {name} for attempt {attempt}.")
+                blocker = self._ray_job_blocker(resource, name)
+                if blocker is not None:
+                    reason, awaited = blocker
+                    self._enter(
+                        Phase.PENDING,
+                        reason,
+                        f"Waiting for {awaited} before creating RayJob {name} (attempt {attempt}).",
+                    )
+                    self.status.children = _with_ray_job(self.status.children, None)
+                    return self._decide(apply_children=True, ray_job=name)
+                self._enter(
+                    Phase.PENDING,
+                    "Pending",
+                    f"Waiting for KubeRay to start RayJob {name} (attempt {attempt}).",
+                )
             case observe.AttemptState.NEW:
                 self._enter(
                     Phase.PENDING,
                     "Pending",
-                    f"RayJob {name} (attempt {attempt}) is created; waiting for KubeRay to pick it up.",
+                    f"Waiting for KubeRay to start RayJob {name} (attempt {attempt}).",
                 )
             case observe.AttemptState.STARTING:
                 self._enter(
@@ -218,16 +252,19 @@ class _Transition:
         time_to_running = None
         if self.status.phase == Phase.RUNNING and not was_running and ray is not None and ray.created:
             time_to_running = max((self.now - ray.created).total_seconds(), 0.0)
-        self.status.children = _with_ray_job(self.status.children, name)
+        create = ray is None
+        # Named while it exists, or while this reconcile creates it; not while its creation keeps failing.
+        named = not create or not self.observed.create_errors
+        self.status.children = _with_ray_job(self.status.children, name if named else None)
         return self._decide(
             apply_children=True,
             ray_job=name,
-            create=True,
+            create_ray_job=create,
             restarted=restarted,
             time_to_running=time_to_running,
         )
 
-    def _after_failure(self, ray: observe.RayJobObservation, life: kinds.Lifecycle) -> Decision:
+    def _after_failure(self, ray: observe.RayJobObservation, life: kinds.Lifecycle) -> Transition:
         attempt = self.status.attempt
         failures = self.status.failures
         if not failures or failures[-1].attempt != attempt:
@@ -254,7 +291,7 @@ class _Transition:
         self.requeues.append((due - self.now).total_seconds())
         return self._decide(apply_children=True)
 
-    def _after_finish(self, life: kinds.Lifecycle) -> Decision:
+    def _after_finish(self, life: kinds.Lifecycle) -> Transition:
         """Finished: keep the last RayJob only if KubeRay finished it too; expire after the TTL."""
         resource = self.verdict.resource
         keep = None
@@ -305,19 +342,76 @@ class _Transition:
         return True
 
     def _describe_children(self, resource: manifest.Resource) -> None:
+        """Name the children that exist or that this reconcile creates (the RayJob is named later)."""
         kind = self.verdict.kind
         name = resource.metadata.name
+        errors = self.observed.create_errors
         previous = self.status.children.ray_job if self.status.children else None
         self.status.children = Children(
             ray_job=previous,
-            config_map=kind.config_map_name(name),
-            persistent_volume_claim=kinds.claim_name(resource),
-            service_account=kind.service_account_name(name),
+            config_map=None if "ConfigMap" in errors else kind.config_map_name(name),
+            persistent_volume_claim=self._claim_name_if_there(resource),
+            service_account=None if "ServiceAccount" in errors else kind.service_account_name(name),
         )
-        if kind.reports_workers:
+        if isinstance(self.status, trainingjob.TrainingJobOperatorStatus):
             spec = kinds.training_spec(resource)
             self.status.workers = spec.workers.replicas
             self.status.gpus = spec.workers.replicas * spec.workers.gpus_per_worker
+
+    def _claim_name_if_there(self, resource: manifest.Resource) -> str | None:
+        claim = self.observed.claim
+        if claim is None:
+            return None
+        if claim.phase == observe.ClaimPhase.MISSING:
+            created_here = not kinds.training_spec(resource).checkpoint.storage.existing_claim
+            return (
+                claim.name
+                if created_here and "PersistentVolumeClaim" not in self.observed.create_errors
+                else None
+            )
+        if claim.being_deleted or (
+            claim.ownership == observe.Ownership.OTHER and self._creates_claim(resource)
+        ):
+            return None
+        return claim.name
+
+    @staticmethod
+    def _creates_claim(resource: manifest.Resource) -> bool:
+        return not kinds.training_spec(resource).checkpoint.storage.existing_claim
+
+    def _ray_job_blocker(self, resource: manifest.Resource, name: str) -> tuple[str, str] | None:
+        """(reason, what is awaited) while the attempt's RayJob must not be created yet; None when it may."""
+        claim = self.observed.claim
+        if claim is not None:
+            if claim.being_deleted:
+                return "WaitingForStorage", f"claim {claim.name}, which is being deleted, to go"
+            if not self._creates_claim(resource) and claim.phase == observe.ClaimPhase.MISSING:
+                return "WaitingForStorage", f"claim {claim.name} (spec.checkpoint.storage.existingClaim)"
+            if self._creates_claim(resource) and claim.ownership == observe.Ownership.OTHER:
+                return "WaitingForStorage", f"claim {claim.name}, which another object owns, to be deleted"
+            if claim.phase == observe.ClaimPhase.LOST:
+                return "WaitingForStorage", f"claim {claim.name} to get a volume back"
+        kind = self.verdict.kind.kind
+        if name in self.observed.foreign_ray_jobs:
+            return "WaitingForDeletion", f"RayJob {name} of a deleted {kind} of the same name to be deleted"
+        if self.observed.leftovers:
+            gone = ", ".join(self.observed.leftovers)
+            return "WaitingForDeletion", f"{gone} of a deleted {kind} of the same name to be deleted"
+        return None
+
+    def _adopts_claim(self) -> bool:
+        """A claim under the name this owner creates, without owner, while deleteWithJob asks for one."""
+        resource = self.verdict.resource
+        claim = self.observed.claim
+        return (
+            resource is not None
+            and claim is not None
+            and self._creates_claim(resource)
+            and kinds.training_spec(resource).checkpoint.storage.delete_with_job
+            and claim.phase != observe.ClaimPhase.MISSING
+            and not claim.being_deleted
+            and claim.ownership == observe.Ownership.NONE
+        )
 
     def _enter(self, phase: Phase, reason: str, message: str) -> None:
         self.status.phase = phase
@@ -333,17 +427,17 @@ class _Transition:
         *,
         apply_children: bool = False,
         ray_job: str | None = None,
-        create: bool = False,
+        create_ray_job: bool = False,
         delete_owner: bool = False,
         restarted: bool = False,
         time_to_running: float | None = None,
-    ) -> Decision:
-        if not create and self.status.phase in (Phase.RESTARTING, Phase.SUSPENDED):
+    ) -> Transition:
+        if self.status.phase in (Phase.RESTARTING, Phase.SUSPENDED):
             self.status.children = _with_ray_job(self.status.children, None)
         self._set_conditions()
         phase = self.status.phase
         assert phase is not None
-        if phase != self.current.phase:
+        if phase != self.current.phase and phase in ANNOUNCED_PHASES:
             _, message = self._phase_note()
             kind = "Warning" if phase in (Phase.RESTARTING, Phase.FAILED) else "Normal"
             counts = f"{self.status.attempt}/{self.status.restarts}/{len(self.status.failures)}"
@@ -352,12 +446,27 @@ class _Transition:
             when = f"{self.status.attempt}/{self.observed.generation}"
             key = f"problem/{condition.type}/{condition.reason}/{when}"
             self.events.append(Event("Warning", condition.reason, condition.message, key=key))
-        return Decision(
+        adopt = apply_children and self._adopts_claim()
+        if adopt:
+            assert self.observed.claim is not None
+            claim = self.observed.claim.name
+            self.events.append(
+                Event(
+                    "Normal",
+                    "ClaimAdopted",
+                    f"Claim {claim} existed before this {self.verdict.kind.kind} and has no owner: it is "
+                    "adopted (spec.checkpoint.storage.deleteWithJob is true), so it is deleted with the "
+                    f"{self.verdict.kind.kind}.",
+                    key=f"adopted/{claim}",
+                )
+            )
+        return Transition(
             status=self.status,
             events=tuple(self.events),
             ray_job=ray_job,
-            create_ray_job=create,
+            create_ray_job=create_ray_job,
             apply_children=apply_children,
+            adopt_claim=adopt,
             delete_owner=delete_owner,
             requeue_after=min(self.requeues) if self.requeues and not delete_owner else None,
             restarted=restarted,
@@ -379,18 +488,22 @@ class _Transition:
         phase = self.status.phase
         assert phase is not None
         resource = self.verdict.resource
-        existing = bool(resource and kinds.training_spec(resource).checkpoint.storage.existing_claim)
+        existing = bool(resource and not self._creates_claim(resource))
         errors = self.observed.create_errors
         desired = [
             *conditions.spec(self.verdict, self.observed.generation),
             conditions.storage(
-                self.observed.claim, existing=existing, create_error=errors.get("PersistentVolumeClaim")
+                self.observed.claim,
+                existing=existing,
+                create_error=errors.get("PersistentVolumeClaim"),
+                kind=self.verdict.kind.kind,
             ),
             conditions.ray_cluster(
                 phase,
                 self.ray,
                 [*(self.ray.problems if self.ray else ()), *self.observed.pod_problems],
                 errors.get("RayJob"),
+                self.status.children.ray_job if self.status.children else None,
             ),
             *conditions.phase(phase, *self._phase_note()),
         ]

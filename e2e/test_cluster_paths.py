@@ -1,0 +1,199 @@
+"""What a cluster does to a job that a process-only test never shows, and what the user must read about it.
+
+Each scenario is something that happens on a real cluster, caused the way it is caused there, with
+KubeRay's own controller, the real scheduler and the node agent's pods: a GPU no node has, an image that
+cannot be pulled, a job suspended and resumed, pods that do not fit one node while their ReadWriteOnce
+claim holds them to one, a worker pod deleted (a drained node), the head pod deleted (a lost node). The
+tests assert on what a user sees: phase, conditions, Events, attempts, the resumed step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e.scenario import Scenario, ScriptRun, acts, phase
+
+pytestmark = pytest.mark.e2e
+
+MANIFESTS = Path(__file__).parent / "manifests"
+START_TIMEOUT_S = 300
+RUN_TIMEOUT_S = 600
+LONG_STEPS: int = yaml.safe_load((MANIFESTS / "mlp-long.yaml").read_text())["spec"]["hyperparameters"][
+    "maxSteps"
+]
+
+Obj = dict[str, Any]
+
+
+def status(obj: Obj) -> Obj:
+    return obj.get("status") or {}
+
+
+def condition(obj: Obj, type_: str) -> Obj:
+    return next((c for c in status(obj).get("conditions") or () if c["type"] == type_), {})
+
+
+def cluster_problem(reasons: tuple[str, ...]) -> Any:
+    """The job's RayClusterReady condition is False for one of ``reasons``."""
+
+    def predicate(obj: Obj) -> bool:
+        ready = condition(obj, "RayClusterReady")
+        return ready.get("status") == "False" and ready.get("reason") in reasons
+
+    return predicate
+
+
+def resumes(run: Scenario) -> list[Obj]:
+    """The trainer's own record on the volume: every resume, in order."""
+    events = run.env.claims.read(run.namespace, run.claim, f"{run.name}/trainop/events.jsonl")
+    return [e for e in (yaml.safe_load(line) for line in events.splitlines()) if e.get("event") == "resume"]
+
+
+# ------------------------------------------------------------------------------------- cannot be placed
+def act_ask_for_a_gpu_no_node_has(run: Scenario) -> dict[str, Any]:
+    run.apply(MANIFESTS / "mlp-gpu.yaml")
+    reported = run.wait_for(
+        cluster_problem(("Unschedulable",)), timeout_s=START_TIMEOUT_S, what="RayClusterReady Unschedulable"
+    )
+    return {"reported": reported}
+
+
+@acts(act_ask_for_a_gpu_no_node_has)
+def test_a_job_asking_for_a_gpu_no_node_has_says_its_workers_cannot_be_scheduled(
+    e2e_script: ScriptRun,
+) -> None:
+    run, facts = e2e_script.outcome()
+    reported = facts["reported"]
+    # Not a failure: a GPU node may join the cluster (an autoscaler); the job waits and says why.
+    assert phase(reported) in ("Pending", "Provisioning"), status(reported)
+    message = condition(reported, "RayClusterReady")["message"]
+    assert "nvidia.com/gpu" in message, message  # the scheduler's own words, naming the resource
+    assert any(
+        e.get("reason") == "Unschedulable" and e.get("involvedObject", {}).get("kind") == "TrainingJob"
+        for e in (sample.obj for sample in run.events.samples)
+    ), "no Unschedulable Event on the TrainingJob"
+
+
+def act_use_an_image_that_does_not_exist(run: Scenario) -> dict[str, Any]:
+    run.apply(MANIFESTS / "mlp-bad-image.yaml")
+    reported = run.wait_for(
+        cluster_problem(("ErrImagePull", "ImagePullBackOff")),
+        timeout_s=START_TIMEOUT_S,
+        what="RayClusterReady ErrImagePull/ImagePullBackOff",
+    )
+    return {"reported": reported}
+
+
+@acts(act_use_an_image_that_does_not_exist)
+def test_an_image_that_cannot_be_pulled_is_named_on_the_job(e2e_script: ScriptRun) -> None:
+    _run, facts = e2e_script.outcome()
+    reported = facts["reported"]
+    assert phase(reported) in ("Pending", "Provisioning"), status(reported)
+    message = condition(reported, "RayClusterReady")["message"]
+    assert "ghcr.io/trainop/trainer:no-such-tag" in message, message
+
+
+def act_apply_a_job_wider_than_a_node(run: Scenario) -> dict[str, Any]:
+    run.apply(MANIFESTS / "mlp-wide.yaml")
+    reported = run.wait_for(
+        cluster_problem(("Unschedulable",)), timeout_s=START_TIMEOUT_S, what="RayClusterReady Unschedulable"
+    )
+    pods = run.cluster.kubectl_json("get", "pods", "-n", run.namespace, "-l", "ray.io/is-ray-node=yes")
+    claim = run.cluster.kubectl_json("get", "pvc", run.claim, "-n", run.namespace)
+    return {"reported": reported, "pods": pods["items"], "claim": claim}
+
+
+@acts(act_apply_a_job_wider_than_a_node)
+def test_pods_that_do_not_fit_the_node_of_their_readwriteonce_claim_are_reported_unschedulable(
+    e2e_script: ScriptRun,
+) -> None:
+    _run, facts = e2e_script.outcome()
+    message = condition(facts["reported"], "RayClusterReady")["message"]
+    # Two nodes have room for the job between them, but the claim's volume lives on one node (node-local,
+    # like a cloud block volume in one zone): the scheduler's refusal names the CPUs the claim's node lacks
+    # and the volume the other node cannot have.
+    assert "Insufficient cpu" in message and "persistent volume" in message, message
+    placed = {p["spec"].get("nodeName") for p in facts["pods"] if p["spec"].get("nodeName")}
+    assert len(placed) == 1, f"the job's scheduled pods are on {placed}, not on the one node of its claim"
+    selected = facts["claim"]["metadata"]["annotations"]["volume.kubernetes.io/selected-node"]
+    assert placed == {selected}, (placed, selected)
+
+
+# ----------------------------------------------------------------------------------- suspend, resume
+def act_suspend_and_resume(run: Scenario) -> dict[str, Any]:
+    run.apply(MANIFESTS / "mlp-long.yaml")
+    run.wait_for(lambda obj: phase(obj) == "Running", timeout_s=START_TIMEOUT_S, what="phase Running")
+    before = run.wait_for_checkpoint_on_volume(attempt=1)
+    run.patch_spec({"suspend": True})
+    suspended = run.wait_for(lambda obj: phase(obj) == "Suspended", timeout_s=120, what="phase Suspended")
+    ray_pods_left = run.wait_until_no_ray_pods(timeout_s=120)
+    run.patch_spec({"suspend": False})
+    final = run.wait_until_finished(timeout_s=RUN_TIMEOUT_S)
+    return {"before": before, "suspended": suspended, "ray_pods_left": ray_pods_left, "final": final}
+
+
+@acts(act_suspend_and_resume)
+def test_a_suspended_job_loses_its_ray_cluster_and_resumes_from_its_checkpoint(e2e_script: ScriptRun) -> None:
+    run, facts = e2e_script.outcome()
+    final = facts["final"]
+    assert phase(final) == "Succeeded", status(final)
+    assert facts["ray_pods_left"] == 0
+    s = status(final)
+    # A resume is a new attempt, not a restart: nothing failed.
+    assert s["attempt"] == 2 and s["restarts"] == 0 and not s.get("failures"), s
+    assert s["progress"]["step"] == LONG_STEPS
+    states = run.ray_job_states()
+    assert list(states) == [run.ray_job(1), run.ray_job(2)], states
+    resumed = resumes(run)
+    assert resumed and resumed[-1]["step"] >= facts["before"], (facts["before"], resumed)
+
+
+# ------------------------------------------------------------------------------------- pods deleted
+def act_delete_a_worker_pod(run: Scenario) -> dict[str, Any]:
+    run.apply(MANIFESTS / "mlp-long.yaml")
+    run.wait_for(lambda obj: phase(obj) == "Running", timeout_s=START_TIMEOUT_S, what="phase Running")
+    before = run.wait_for_checkpoint_on_volume(attempt=1)
+    run.delete_pod(attempt=1, node_type="worker")
+    final = run.wait_until_finished(timeout_s=RUN_TIMEOUT_S)
+    return {"before": before, "final": final}
+
+
+@acts(act_delete_a_worker_pod)
+def test_a_deleted_worker_pod_is_replaced_and_training_resumes_from_the_checkpoint(
+    e2e_script: ScriptRun,
+) -> None:
+    run, facts = e2e_script.outcome()
+    final = facts["final"]
+    assert phase(final) == "Succeeded", status(final)
+    s = status(final)
+    assert s["progress"]["step"] == LONG_STEPS
+    resumed = resumes(run)
+    assert resumed and resumed[-1]["step"] >= facts["before"], (facts["before"], resumed)
+
+
+def act_delete_the_head_pod(run: Scenario) -> dict[str, Any]:
+    run.apply(MANIFESTS / "mlp-long.yaml")
+    run.wait_for(lambda obj: phase(obj) == "Running", timeout_s=START_TIMEOUT_S, what="phase Running")
+    before = run.wait_for_checkpoint_on_volume(attempt=1)
+    run.delete_pod(attempt=1, node_type="head")
+    final = run.wait_until_finished(timeout_s=RUN_TIMEOUT_S)
+    return {"before": before, "final": final}
+
+
+@acts(act_delete_the_head_pod)
+def test_a_lost_head_pod_ends_the_attempt_and_the_next_one_resumes_from_the_checkpoint(
+    e2e_script: ScriptRun,
+) -> None:
+    run, facts = e2e_script.outcome()
+    final = facts["final"]
+    assert phase(final) == "Succeeded", status(final)
+    s = status(final)
+    assert s["attempt"] == 2 and s["restarts"] == 1, s
+    assert [f["attempt"] for f in s["failures"]] == [1], s["failures"]
+    assert s["progress"]["step"] == LONG_STEPS
+    resumed = resumes(run)
+    assert resumed and resumed[-1]["step"] >= facts["before"], (facts["before"], resumed)

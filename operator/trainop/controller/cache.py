@@ -1,0 +1,224 @@
+"""What the watches hold about every owner's children, read by a reconcile without an API request.
+
+The operator watches its children anyway, to learn when one changed; this module keeps what those watch
+events carry, so that a reconcile reads its owner's RayJobs, claim, Ray pods, RayCluster, ConfigMap,
+ServiceAccount, Role and RoleBinding from memory instead of listing or getting them.
+
+**kopf indexes, not dicts of our own.** ``handlers.register`` installs one ``kopf.index`` per child
+resource, whose function is :func:`index_function` of this module. kopf calls it on every watch event
+(the initial listing included) and keeps its result until the object is deleted; and kopf runs no other
+handler -- so queues no reconcile -- until every indexed resource has been listed completely. A reconcile
+therefore never sees a half-listed cache, after a start as after a re-list (an apiserver restart): that
+guarantee is why the children live in kopf indexes.
+
+**Slim records, not bodies.** Each index keeps only what a reconcile needs (``Seen`` and an observation
+from ``observe``): a thousand jobs' children as whole bodies would be hundreds of megabytes of dicts.
+
+Not everything watched is kept here. The ServiceAccount, Role and RoleBinding are watched only so that a
+change someone makes to one is undone at once: their events go to ``own_writes`` (was it our own write
+coming back?) and to the work queue, and nothing of them is stored -- a reconcile applies them unless this
+process applied the same manifest and has seen no other change since. The trainer's ConfigMap is not
+watched at all: that would take ``list`` on every ConfigMap of the cluster, which the operator must not
+hold; ``reconcile`` reads it, once per owner and operator process.
+
+**Where the cache is not trusted.** A watch is a little behind the apiserver, so a reconcile can see a
+child it just deleted or miss one it just created. Every write that acts on the cache is safe against
+that: a create of a child the cache missed answers 409 and counts as done (its ADDED event follows and
+queues the owner again); deletes carry the uid the cache saw as a precondition; server-side apply needs
+no prior read. The owner itself is not taken from a watch: ``reconcile`` reads it fresh, because its
+status is the record of intent that each reconcile extends, and acting twice on a stale copy of it
+could repeat a transition. Nothing else is read.
+
+Claims are watched without a label selector: a claim named by ``checkpoint.storage.existingClaim`` is
+the user's, carries no label of ours, and must still wake its owner when it appears or binds. The
+``owners-by-claim`` index maps a claim's name to the owners that use it.
+
+This module must not talk to the API or decide anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from trainop.controller import kinds, observe
+
+#: ``kopf.index`` ids, one per watched child resource, and the one index over owners.
+RAY_JOBS = "trainop_rayjobs"
+RAY_CLUSTERS = "trainop_rayclusters"
+CLAIMS = "trainop_claims"
+PODS = "trainop_pods"
+OWNERS_BY_CLAIM = "trainop_owners_by_claim"
+INDEX_IDS = (RAY_JOBS, RAY_CLUSTERS, CLAIMS, PODS, OWNERS_BY_CLAIM)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Seen:
+    """A child as its last watch event showed it: identity, ownership and whether it is going away."""
+
+    kind: str
+    name: str
+    uid: str
+    resource_version: str
+    owner_uids: tuple[str, ...] = ()
+    being_deleted: bool = False
+
+    def ownership(self, owner_uid: str) -> observe.Ownership:
+        if not self.owner_uids:
+            return observe.Ownership.NONE
+        return observe.Ownership.THIS if owner_uid in self.owner_uids else observe.Ownership.OTHER
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RayJobRecord:
+    seen: Seen
+    observation: observe.RayJobObservation
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClaimRecord:
+    seen: Seen
+    observation: observe.ClaimObservation  # ownership not set: it depends on who asks
+
+    def for_owner(self, owner_uid: str) -> observe.ClaimObservation:
+        return dataclasses.replace(
+            self.observation,
+            being_deleted=self.seen.being_deleted,
+            ownership=self.seen.ownership(owner_uid),
+        )
+
+
+def seen(body: Mapping[str, Any]) -> Seen:
+    meta = body["metadata"]
+    return Seen(
+        kind=str(body.get("kind") or ""),
+        name=str(meta["name"]),
+        uid=str(meta.get("uid") or ""),
+        resource_version=str(meta.get("resourceVersion") or ""),
+        owner_uids=tuple(str(r.get("uid")) for r in meta.get("ownerReferences") or ()),
+        being_deleted=bool(meta.get("deletionTimestamp")),
+    )
+
+
+# --------------------------------------------------------------------------------- index functions
+def _owner_key(body: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    meta = body["metadata"]
+    owner = kinds.owner_of(meta.get("labels") or {})
+    if owner is None:
+        return None
+    return (str(meta.get("namespace")), owner[0].kind, owner[1])
+
+
+def index_ray_job(body: Mapping[str, Any]) -> dict[Any, RayJobRecord] | None:
+    key = _owner_key(body)
+    if key is None:
+        return None
+    return {key: RayJobRecord(seen(body), observe.ray_job(body))}
+
+
+def index_ray_cluster(body: Mapping[str, Any]) -> dict[Any, tuple[observe.Problem, ...]]:
+    meta = body["metadata"]
+    return {
+        (str(meta.get("namespace")), str(meta["name"])): observe.cluster_problems(body.get("status") or {})
+    }
+
+
+def index_claim(body: Mapping[str, Any]) -> dict[Any, ClaimRecord]:
+    meta = body["metadata"]
+    name = str(meta["name"])
+    return {(str(meta.get("namespace")), name): ClaimRecord(seen(body), observe.claim(name, body))}
+
+
+def index_pod(body: Mapping[str, Any]) -> dict[Any, tuple[str, tuple[observe.Problem, ...]]] | None:
+    key = _owner_key(body)
+    attempt = (body["metadata"].get("labels") or {}).get(kinds.LABEL_ATTEMPT)
+    if key is None or attempt is None:
+        return None
+    return {(*key, str(attempt)): (str(body["metadata"]["name"]), observe.pod_problems([body]))}
+
+
+def index_owner_claims(body: Mapping[str, Any]) -> dict[Any, tuple[str, str]] | None:
+    """An owner under every claim name it may use: the one it creates, and an ``existingClaim``."""
+    kind = kinds.BY_KIND.get(str(body.get("kind")))
+    if kind is None:
+        return None
+    meta = body["metadata"]
+    namespace, name = str(meta.get("namespace")), str(meta["name"])
+    names = {kind.created_claim_name(name)}
+    existing = kinds.existing_claim_of(body)
+    if existing:
+        names.add(existing)
+    return {(namespace, claim): (kind.kind, name) for claim in names}
+
+
+INDEX_FUNCTIONS: Mapping[str, Callable[[Mapping[str, Any]], Mapping[Any, Any] | None]] = {
+    RAY_JOBS: index_ray_job,
+    RAY_CLUSTERS: index_ray_cluster,
+    CLAIMS: index_claim,
+    PODS: index_pod,
+}
+
+
+# ------------------------------------------------------------------------------------------ reads
+class Cache:
+    """Read access to the indexes. kopf hands them to every handler; ``bind`` takes them from there.
+
+    Each index maps a key to the records of the objects under it (a ``kopf.Store``; any iterable of
+    records will do, which is how the unit tests fill one). kopf keeps one index per handler, and one
+    cache index may be filled by several handlers (one per watched resource): their ids are
+    ``<cache index id>__<plural>``, and a lookup reads all of them.
+    """
+
+    def __init__(self, indexes: Mapping[str, Mapping[Any, Iterable[Any]]] | None = None) -> None:
+        self._indexes: dict[str, list[Mapping[Any, Iterable[Any]]]] = {}
+        if indexes is not None:
+            self.bind(indexes)
+
+    def bind(self, indexes: Mapping[str, Any]) -> None:
+        """Take the indexes from a handler's keyword arguments (the same live objects every time)."""
+        for handler_id, index in indexes.items():
+            index_id = handler_id.split("__", 1)[0]
+            if index_id in INDEX_IDS:
+                bound = self._indexes.setdefault(index_id, [])
+                if all(index is not other for other in bound):
+                    bound.append(index)
+
+    @property
+    def bound(self) -> bool:
+        return len(self._indexes) == len(INDEX_IDS)
+
+    def _get(self, index_id: str, key: Any) -> list[Any]:
+        indexes = self._indexes.get(index_id)
+        if indexes is None:
+            raise RuntimeError(f"index {index_id} is not bound: no watch event was handled yet")
+        return [record for index in indexes if key in index for record in index[key]]
+
+    def ray_jobs(self, namespace: str, kind: kinds.Kind, owner: str) -> list[RayJobRecord]:
+        """Every RayJob labelled with this owner's name, whichever owner incarnation made it."""
+        return self._get(RAY_JOBS, (namespace, kind.kind, owner))
+
+    def ray_cluster_problems(self, namespace: str, name: str) -> tuple[observe.Problem, ...] | None:
+        found = self._get(RAY_CLUSTERS, (namespace, name))
+        return found[0] if found else None
+
+    def claim(self, namespace: str, name: str) -> ClaimRecord | None:
+        found: list[ClaimRecord] = self._get(CLAIMS, (namespace, name))
+        # Two incarnations share a name only while one is being deleted: the live one is the claim.
+        found.sort(key=lambda r: r.seen.being_deleted)
+        return found[0] if found else None
+
+    def pod_problems(
+        self, namespace: str, kind: kinds.Kind, owner: str, attempt: int
+    ) -> tuple[observe.Problem, ...]:
+        pods: list[tuple[str, tuple[observe.Problem, ...]]] = self._get(
+            PODS, (namespace, kind.kind, owner, str(attempt))
+        )
+        return tuple(problem for _, problems in sorted(pods, key=lambda p: p[0]) for problem in problems)
+
+    def owners_of_claim(self, namespace: str, claim: str) -> list[tuple[str, str]]:
+        """(kind, name) of every owner that creates or names this claim."""
+        return self._get(OWNERS_BY_CLAIM, (namespace, claim))

@@ -1,0 +1,247 @@
+"""The requests one reconcile makes, in order: the write-order and crash-safety contract, in milliseconds.
+
+Runs ``reconcile.Reconciler`` unchanged against ``fake_apiserver.FakeKube`` -- a MOCK of the apiserver
+(in-memory store behind the client's one HTTP method; see its docstring for what it does not do) -- and
+``fake_apiserver.Watches``, which plays kopf's watches into the real ``cache`` indexes. What needs a real
+apiserver (schemas, RBAC, admission, garbage collection, real watches) stays in tests/operator/integration.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import operator_factories as factories
+import pytest
+from fake_apiserver import FakeKube, Request, Watches
+
+from trainop.controller import engine, kinds, kube, reconcile
+
+NOW = datetime.datetime(2026, 3, 1, 12, 0, 0, tzinfo=datetime.UTC)
+KEY = reconcile.OwnerKey("TrainingJob", "team-a", "mlp")
+FIRST_WAVE = {
+    "create PersistentVolumeClaim mlp-ckpt",
+    "apply ConfigMap mlp-trainer",
+    "apply ServiceAccount mlp-trainer",
+    "apply Role mlp-trainer",
+}
+
+
+class Operator:
+    """One operator process over the fake apiserver: its reconciler, a clock, and the watches."""
+
+    def __init__(self, fake: FakeKube) -> None:
+        self.fake = fake
+        self.now = NOW
+        self.restart()
+
+    def restart(self) -> None:
+        """A new process: nothing in memory, the watches listed afresh."""
+        self.watches = Watches(self.fake)
+        self.reconciler = reconcile.Reconciler(self.fake, self.watches.cache, clock=lambda: self.now)
+        routing = engine.Engine(self.reconciler, self.watches.cache)
+        self.watches.deliver = lambda body, deleted: routing.child_event(body, deleted=deleted)
+
+    async def reconcile(self, *, sync: bool = True) -> list[str]:
+        """One reconcile after the watches delivered everything (unless ``sync=False``); its writes."""
+        if sync:
+            self.watches.sync()
+        self.fake.clear()
+        await self.reconciler.reconcile(KEY)
+        return self.fake.writes()
+
+
+@pytest.fixture
+def fake() -> FakeKube:
+    return FakeKube()
+
+
+@pytest.fixture
+def operator(fake: FakeKube) -> Operator:
+    return Operator(fake)
+
+
+def new_job(fake: FakeKube, **spec: Any) -> dict[str, Any]:
+    return fake.put(factories.job(spec=spec or None, uid=None))
+
+
+def kuberay(fake: FakeKube, name: str, job_status: str, deployment: str) -> None:
+    """What KubeRay writes on a RayJob's status (the only other writer here)."""
+    ray_job = fake.get_object("RayJob", name)
+    assert ray_job is not None
+    fake.put({**ray_job, "status": {"jobStatus": job_status, "jobDeploymentStatus": deployment}})
+
+
+async def test_a_new_job_writes_its_status_then_its_children_in_waves_and_the_rayjob_last(
+    fake: FakeKube, operator: Operator
+) -> None:
+    new_job(fake)
+    writes = await operator.reconcile()
+    # The owner is read fresh; the children are not read at all (the watches hold them).
+    assert [str(r) for r in fake.requests if r.verb in ("get", "list")] == ["get TrainingJob mlp"]
+    # The accepted spec, then the record of intent, come first.
+    assert writes[:2] == ["patch TrainingJob mlp", "patch-status TrainingJob mlp"]
+    assert set(writes[2:6]) == FIRST_WAVE
+    assert writes[6:] == ["apply RoleBinding mlp-trainer", "create RayJob mlp-a1"]
+    owner = fake.get_object("TrainingJob", "mlp")
+    assert owner is not None and owner["status"]["children"]["rayJob"] == "mlp-a1"
+    assert owner["metadata"]["annotations"][kinds.ANNOTATION_APPLIED_SPEC]
+
+
+async def test_a_reconcile_that_finds_everything_in_place_reads_the_owner_and_writes_nothing(
+    fake: FakeKube, operator: Operator
+) -> None:
+    new_job(fake)
+    await operator.reconcile()
+    await operator.reconcile()
+    assert [str(r) for r in fake.requests] == ["get TrainingJob mlp"]
+
+
+async def test_a_restarted_operator_applies_the_rbac_children_once_and_leaves_the_attempts_config(
+    fake: FakeKube, operator: Operator
+) -> None:
+    new_job(fake)
+    await operator.reconcile()
+    operator.restart()  # it never applied anything
+    assert sorted(await operator.reconcile()) == [
+        "apply Role mlp-trainer",
+        "apply RoleBinding mlp-trainer",
+        "apply ServiceAccount mlp-trainer",
+    ]
+    # The ConfigMap is not watched: read once, found written for this attempt, left alone.
+    assert [str(r) for r in fake.requests if r.verb == "get"] == [
+        "get TrainingJob mlp",
+        "get ConfigMap mlp-trainer",
+    ]
+    assert await operator.reconcile() == []
+    assert [str(r) for r in fake.requests] == ["get TrainingJob mlp"]
+
+
+async def test_a_child_someone_else_changed_is_applied_again_and_only_that_one(
+    fake: FakeKube, operator: Operator
+) -> None:
+    new_job(fake)
+    await operator.reconcile()
+    role = fake.get_object("Role", "mlp-trainer")
+    assert role is not None
+    fake.put({**role, "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]})  # an edit
+    assert await operator.reconcile() == ["apply Role mlp-trainer"]
+    repaired = fake.get_object("Role", "mlp-trainer")
+    assert repaired is not None and repaired["rules"][0]["resourceNames"] == ["mlp"]
+
+
+async def test_a_crash_after_the_status_write_is_finished_by_the_next_reconcile_without_duplicates(
+    fake: FakeKube, operator: Operator
+) -> None:
+    new_job(fake)
+
+    def crash_at_children(request: Request) -> kube.ApiError | None:
+        if request.kind != "TrainingJob":
+            return kube.ApiError(503, "ServiceUnavailable", "the operator died here")
+        return None
+
+    fake.fail_on = crash_at_children
+    with pytest.raises(kube.ApiError):
+        await operator.reconcile()
+    assert fake.get_object("RayJob", "mlp-a1") is None
+    fake.fail_on = lambda _: None
+    operator.restart()
+    writes = await operator.reconcile()
+    assert "patch-status TrainingJob mlp" not in writes  # the intent was recorded already: nothing to add
+    assert set(writes[:4]) == FIRST_WAVE
+    assert writes[4:] == ["apply RoleBinding mlp-trainer", "create RayJob mlp-a1"]
+    owner = fake.get_object("TrainingJob", "mlp")
+    assert owner is not None and owner["status"]["attempt"] == 1
+
+
+async def test_a_rayjob_the_watch_has_not_shown_yet_is_created_once_and_the_409_is_not_an_error(
+    fake: FakeKube, operator: Operator
+) -> None:
+    new_job(fake)
+    await operator.reconcile()
+    # No sync: the cache has not seen the RayJob (or anything else) yet.
+    assert "create RayJob mlp-a1" in await operator.reconcile(sync=False)
+    assert len([o for o in fake.objects.values() if o["kind"] == "RayJob"]) == 1
+
+
+async def test_a_failed_attempt_records_the_failure_before_deleting_its_rayjob_by_uid(
+    fake: FakeKube, operator: Operator
+) -> None:
+    new_job(fake)
+    await operator.reconcile()
+    kuberay(fake, "mlp-a1", "FAILED", "Failed")
+    writes = await operator.reconcile()
+    assert [w.split(".")[0] for w in writes] == [
+        "create Event mlp",  # the Restarting Event, named after the transition
+        "patch-status TrainingJob mlp",
+        "delete RayJob mlp-a1",
+    ]
+    owner = fake.get_object("TrainingJob", "mlp")
+    assert owner is not None
+    assert (owner["status"]["phase"], [f["attempt"] for f in owner["status"]["failures"]]) == (
+        "Restarting",
+        [1],
+    )
+
+
+async def test_the_next_attempt_rewrites_the_config_before_creating_its_rayjob(
+    fake: FakeKube, operator: Operator
+) -> None:
+    new_job(fake)
+    await operator.reconcile()
+    kuberay(fake, "mlp-a1", "FAILED", "Failed")
+    await operator.reconcile()  # Restarting; the backoff is 1 s
+    operator.now = NOW + datetime.timedelta(seconds=5)
+    writes = await operator.reconcile()
+    assert writes[0] == "patch-status TrainingJob mlp"
+    assert writes.index("apply ConfigMap mlp-trainer") < writes.index("create RayJob mlp-a2")
+    config = fake.get_object("ConfigMap", "mlp-trainer")
+    assert config is not None and config["metadata"]["annotations"][kinds.ANNOTATION_ATTEMPT] == "2"
+
+
+async def test_the_echoes_of_a_reconciles_own_writes_are_recognised_and_a_later_change_is_not(
+    fake: FakeKube, operator: Operator
+) -> None:
+    new_job(fake)
+    await operator.reconcile()
+    own = operator.reconciler.own_writes
+
+    def echo() -> bool:
+        meta = fake.get_object("RayJob", "mlp-a1")["metadata"]  # type: ignore[index]
+        return own.is_echo(KEY, "RayJob", "mlp-a1", uid=meta["uid"], resource_version=meta["resourceVersion"])
+
+    assert echo()
+    kuberay(fake, "mlp-a1", "", "Initializing")
+    assert not echo()
+
+
+async def test_a_job_waiting_for_its_existing_claim_creates_no_rayjob_until_the_claim_exists(
+    fake: FakeKube, operator: Operator
+) -> None:
+    new_job(fake, checkpoint={"storage": {"existingClaim": "shared-data"}})
+    assert not any("RayJob" in w or "PersistentVolumeClaim" in w for w in await operator.reconcile())
+    claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "shared-data"}}
+    fake.put(
+        {**claim, "metadata": {**claim["metadata"], "namespace": "team-a"}, "status": {"phase": "Bound"}}
+    )
+    assert (await operator.reconcile())[-1] == "create RayJob mlp-a1"
+
+
+async def test_a_namespace_being_deleted_ends_the_reconcile_quietly_with_nothing_to_retry(
+    fake: FakeKube, operator: Operator
+) -> None:
+    new_job(fake)
+
+    def terminating(request: Request) -> kube.ApiError | None:
+        if request.verb in ("create", "apply"):
+            message = (
+                f'{request.kind} "{request.name}" is forbidden: unable to create new content in namespace '
+            )
+            return kube.ApiError(403, "Forbidden", message + "team-a because it is being terminated")
+        return None
+
+    fake.fail_on = terminating
+    await operator.reconcile()  # no error: the owner goes with its namespace
+    owner = fake.get_object("TrainingJob", "mlp")
+    assert owner is not None and owner["status"]["phase"] == "Pending"
+    assert not any(c["reason"] == "CreateFailed" for c in owner["status"]["conditions"])
