@@ -194,5 +194,8 @@ def test_a_two_node_job_with_checkpoints_in_a_bucket_resumes_on_the_remaining_no
     storage = s["storage"]
     assert (storage["ready"], storage["reason"], storage["attempt"]) == (True, "Writable", 2), storage
     assert storage["location"] == f"s3://{facts['bucket']}/{run.name}", storage
+    # ... and the operator's StorageReady tells it (no claim: from that check, of the current attempt).
+    ready = {c["type"]: c for c in s["conditions"]}["StorageReady"]
+    assert (ready["status"], ready["reason"]) == ("True", "BucketWritable"), ready
     trainer_fields = scenario_module.managed_status_fields(run.get(), "trainop-trainer")
     assert trainer_fields == {"progress", "checkpoint", "network", "storage"}, trainer_fields
