@@ -198,4 +198,4 @@ def test_a_two_node_job_with_checkpoints_in_a_bucket_resumes_on_the_remaining_no
     ready = {c["type"]: c for c in s["conditions"]}["StorageReady"]
     assert (ready["status"], ready["reason"]) == ("True", "BucketWritable"), ready
     trainer_fields = scenario_module.managed_status_fields(run.get(), "trainop-trainer")
-    assert trainer_fields == {"progress", "checkpoint", "network", "storage"}, trainer_fields
+    assert trainer_fields == {"progress", "checkpoint", "network", "cost", "storage"}, trainer_fields

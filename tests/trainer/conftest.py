@@ -3,7 +3,8 @@
 Ray start-up is slow on small machines, so the runtime is started once, with more logical CPUs than cores
 (Ray Train's controller and helpers must never wait for a CPU: with logical CPUs equal to 2 cores it
 deadlocks). Ray Train polls its workers every 2 s by default; the tests make it poll every 0.5 s and skip
-the preemption watcher actor, to spend less time waiting. Helpers live in ``trainer_support.py``.
+the preemption watcher actor, to spend less time waiting. Helpers live in ``trainer_support.py``; the
+tracking tests share one real MLflow server (``mlflow_server.py``).
 
 The session's S3 server (tests/objectstore) starts before Ray, and its credentials are in the environment
 Ray starts with, under the names the operator gives a Secret's keys in every Ray container
@@ -18,6 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests import mlflow_server as mlflow_server_module
 from tests.objectstore.server import S3Server
 from trainop.api import trainer_config
 
@@ -52,3 +54,10 @@ def ray_cluster(s3_server: S3Server) -> Iterator[str]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[mlflow_server_module.MlflowServer]:
+    """A real MLflow tracking server (``mlflow server``, SQLite backend) shared by the tracking tests."""
+    with mlflow_server_module.running(tmp_path_factory.mktemp("mlflow")) as server:
+        yield server

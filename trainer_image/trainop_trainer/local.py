@@ -316,15 +316,24 @@ def _run_job(
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     config = trainer_config.TrainerConfig(
-        job_name=name, run_name=name, storage_path=str(state), attempt=1, spec=plan.spec, status_target=None
+        job_name=name,
+        run_name=name,
+        storage_path=str(state),
+        attempt=1,
+        spec=plan.spec,
+        status_target=None,
+        pricing=trainer_config.pricing_for(job),
     )
     (run_dir / "trainer.json").write_text(trainer_config.dumps(config))
-    if job.spec.workload.entrypoint is not None:
-        try:
-            user.resolve(job.spec.workload.entrypoint)
-        except user.EntrypointError as exc:
-            print(f"trainop: error: {exc}", file=sys.stderr)
-            return 2
+    workload = job.spec.workload
+    try:
+        if workload.entrypoint is not None:
+            user.resolve(workload.entrypoint)
+        if workload.ray_train is not None:
+            user.resolve(workload.ray_train, field_name="spec.workload.rayTrain")
+    except user.EntrypointError as exc:
+        print(f"trainop: error: {exc}", file=sys.stderr)
+        return 2
     data = job.spec.data
     if data is not None and data.s3 is not None and not os.environ.get(trainer_config.DATA_DIR_ENV):
         # Ray's local workers get it (ray_train forwards it); the bucket is copied there once.

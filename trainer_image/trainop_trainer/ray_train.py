@@ -17,10 +17,11 @@ Worker (``train_loop_per_worker``): read the launch settings, start the ``Runtim
   ``WorkerPreempted`` so Ray Train restarts the group from that checkpoint.
 
 Environment for the workers (``RunConfig.worker_runtime_env``): the NCCL profile's variables when the profile
-is explicit (``auto`` is resolved on each node by the worker), ``PYTHONPATH``, ``TRAINOP_PID_DIR`` and
-``TRAINOP_DATA_DIR`` of the driver if set, so user packages, the preStop hook and spec.data work the same
-way locally. Never the bucket
-credentials: a runtime env is visible on Ray's dashboard; every Ray container has them from the Secret.
+is explicit (``auto`` is resolved on each node by the worker), ``PYTHONPATH``, ``TRAINOP_PID_DIR``,
+``TRAINOP_DATA_DIR`` and the benchmark knobs (``config.BENCH_ENV``) of the driver if set, so user packages,
+the preStop hook, spec.data and the GPU benchmark work the same way locally. Never the bucket credentials: a
+runtime env is visible on Ray's dashboard; every Ray container has them from the Secret. Every Ray worker
+process of the job runs ``logs.ray_worker_setup`` (Ray's ``worker_process_setup_hook``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import json
 import logging
 import os
 import sys
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -40,10 +42,17 @@ from trainop_trainer import nccl, storage
 
 log = logging.getLogger(__name__)
 
-_FORWARDED_ENV = ("PYTHONPATH", config_module.PID_DIR_ENV, trainer_config.DATA_DIR_ENV)
+_FORWARDED_ENV = (
+    "PYTHONPATH",
+    config_module.PID_DIR_ENV,
+    trainer_config.DATA_DIR_ENV,
+    *config_module.BENCH_ENV,
+)
 # Where Ray (2.60) says, on every start of a local Ray, that it turned token authentication on.
 _TOKEN_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
 _TOKEN_NOTICE = "Token authentication is enabled for this Ray cluster"
+# Runs in every Ray worker process of the job (the Train controller, its workers, Ray Train's helpers).
+_WORKER_SETUP_HOOK = "trainop_trainer.logs.ray_worker_setup"
 
 
 def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
@@ -55,11 +64,14 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     from trainop_trainer.runtime import Runtime, WorkerPreempted
     from trainop_trainer.step_schedule import Outcome
 
+    started = time.perf_counter()
     launch = config_module.LaunchSettings.from_dict(loop_config)
     config = launch.config
     ctx = distributed.from_ray()
     configure_logging(rank=ctx.rank)
     runtime = Runtime.start(config=config, ctx=ctx, launch=launch, report_fn=ray.train.report)
+    if ctx.is_rank0:
+        log.info("runtime up in %.1fs (network, metrics, checkpointer, probe)", time.perf_counter() - started)
     try:
         outcome = run_workload(runtime)
     finally:
@@ -84,7 +96,19 @@ def run_workload(runtime: Any) -> Any:
 
     if runtime.spec.workload.entrypoint is not None:
         return user.run(runtime)
-    return Trainer(runtime=runtime, workload=workloads.build(runtime.spec)).train()
+    # Every start of a worker group pays this: its time is part of a recovery (docs/benchmarks-gpu.md).
+    started = time.perf_counter()
+    workload = workloads.build(runtime.spec)
+    built = time.perf_counter()
+    trainer = Trainer(runtime=runtime, workload=workload)
+    if runtime.ctx.is_rank0:
+        log.info(
+            "%s built in %.1fs; trainer set up in %.1fs (device, parallelism, optimizer, data)",
+            workload.name,
+            built - started,
+            time.perf_counter() - built,
+        )
+    return trainer.train()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,8 +182,9 @@ def ensure_ray(
     # there), inherits it; fit() in this process hands it to the Train controller.
     for key, value in trainer_config.RAY_TRAIN_ENV.items():
         os.environ.setdefault(key, value)
+    runtime_env = {"worker_process_setup_hook": _WORKER_SETUP_HOOK}
     if os.environ.get("RAY_ADDRESS"):
-        ray.init(log_to_driver=log_to_driver, logging_level=level)
+        ray.init(log_to_driver=log_to_driver, logging_level=level, runtime_env=runtime_env)
         return
     # A local Ray turns token authentication on by default (good: nothing else on the machine can submit
     # work to it) and says so at WARNING level on every run, although there is nothing to act on. The
@@ -174,6 +199,7 @@ def ensure_ray(
         include_dashboard=False,
         log_to_driver=log_to_driver,
         logging_level=level,
+        runtime_env=runtime_env,
     )
 
 
@@ -206,6 +232,7 @@ def torch_trainer(
         config_json=config_module.dumps(config),
         launch_id=launch_id,
         inject_failure_at_step=inject_failure_at_step,
+        started_at=time.time(),
     )
     where: dict[str, Any] = {"storage_path": config.storage_path}
     root = config_module.paths_for(config).run_dir.parent
@@ -240,6 +267,11 @@ def run(config: trainer_config.TrainerConfig, *, inject_failure_at_step: int | N
         user.resolve(spec.workload.entrypoint)  # fail before any worker starts
     if not storage.is_object_uri(config.storage_path):
         config = config.model_copy(update={"storage_path": os.path.abspath(config.storage_path)})
+    if spec.workload.ray_train is not None:
+        from trainop_trainer import raytrain_function
+
+        outcome, error = raytrain_function.run(config, worker_env=worker_env(config))
+        return RunResult(outcome=outcome, step=None, error=error)
     launch_id = uuid.uuid4().hex
     trainer = torch_trainer(config, launch_id=launch_id, inject_failure_at_step=inject_failure_at_step)
     log.info("starting %s", config_module.describe(config))

@@ -8,8 +8,9 @@ CRDs in crds/ are a pure function of the models (``make crds`` writes them; a te
 Design choices:
 - Optional spec objects default to the object their fields' defaults make, so the apiserver fills in
   nested defaults and ``kubectl get -o yaml`` shows the effective spec; except those whose model default
-  is None (``data``, ``checkpoint.storage.s3``): absent means "not used", and a defaulted object would
-  switch them on. Status carries no defaults: it is written, not filled.
+  is None (``data``, ``checkpoint.storage.s3``, ``evaluation``, ``keepBest``, a Secret reference): absent
+  means "not used", and a defaulted object would switch them on. Status carries no defaults: it is
+  written, not filled.
 - Free-form maps (``dict[str, Any]``) become ``x-kubernetes-preserve-unknown-fields``; nothing else does.
 - Key patterns of maps (``propertyNames``) have no structural equivalent and become a CEL rule.
 - Cross-field rules come from ``x-kubernetes-validations`` attached to the models themselves.
@@ -69,14 +70,14 @@ def _convert(node: JsonSchema, defs: dict[str, JsonSchema], *, apply_defaults: b
         node.setdefault("type", "string")
 
     out: JsonSchema = {}
-    unset_by_default: set[str] = set()  # optional objects whose absence means "not used"
+    # Optional objects whose model default is None (an absent evaluation, keepBest, Secret reference) stay
+    # absent: defaulting them to an object would switch the feature on for every job.
+    absent_by_default: set[str] = set()
     for key, value in node.items():
         if key in _DROP_KEYS:
             continue
         if key == "properties":
-            unset_by_default = {
-                name for name, sub in value.items() if "default" in sub and sub["default"] is None
-            }
+            absent_by_default = {name for name, sub in value.items() if sub.get("default", 0) is None}
             out["properties"] = {
                 name: _convert(sub, defs, apply_defaults=apply_defaults) for name, sub in value.items()
             }
@@ -116,12 +117,9 @@ def _convert(node: JsonSchema, defs: dict[str, JsonSchema], *, apply_defaults: b
         if apply_defaults:
             required = set(out.get("required", []))
             for name, sub in out["properties"].items():
-                if (
-                    sub.get("type") == "object"
-                    and "properties" in sub
-                    and name not in required
-                    and name not in unset_by_default
-                ):
+                if name in absent_by_default:
+                    continue
+                if sub.get("type") == "object" and "properties" in sub and name not in required:
                     # The default is the object its own field defaults make, not {}: the apiserver checks
                     # a default against the CEL rules without defaulting inside it first.
                     sub.setdefault(

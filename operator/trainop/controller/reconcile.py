@@ -51,6 +51,7 @@ from trainop.controller import (
     failpoints,
     kinds,
     kube,
+    metrics,
     observe,
     own_writes,
     rayjob,
@@ -143,6 +144,12 @@ class Reconciler:
                 resource_api, key.namespace, key.name, {"status": patch}, subresource="status"
             )
             failpoints.hit("status-written", str(transition.status.phase))
+            # Counted once the status that records them is written: a failure writing children after this
+            # retries the reconcile, which then starts from the new status and would not see them again.
+            if transition.restarted:
+                metrics.record_restart(kind)
+            if transition.time_to_running is not None:
+                metrics.record_time_to_running(kind, transition.time_to_running)
 
         if transition.delete_owner:
             log.info("%s: ttlSecondsAfterFinished passed; deleting it", key)
