@@ -38,14 +38,14 @@ lint: $(STAMP) ## ruff (lint + format check) and mypy --strict on the API and op
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy --strict operator/trainop
 	$(VENV)/bin/mypy --strict tests/controlplane tests/tiers.py tests/tier_gate.py tests/property_seed.py
-	$(VENV)/bin/mypy --strict tests/nodeagent tests/clusterbed
+	$(VENV)/bin/mypy --strict tests/nodeagent tests/clusterbed tests/objectstore
 
 .PHONY: preflight
 preflight: ## check the tools `make test` needs (Go, util-linux); names the command that installs a missing one
 	@bash tests/preflight.sh
 
 .PHONY: controlplane
-controlplane: preflight ## build (once, cached under ~/.cache/trainop) the control plane, scheduler, kube-proxy, KubeRay, CoreDNS, helm, promtool
+controlplane: preflight ## build (once, cached under ~/.cache/trainop) the control plane, scheduler, kube-proxy, KubeRay, CoreDNS, helm, promtool, versitygw (S3)
 	bash tests/controlplane/build.sh
 
 .PHONY: dev-cluster

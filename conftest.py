@@ -1,4 +1,4 @@
-"""Root pytest configuration: registers the control-plane fixtures and the tiers plugin everywhere.
+"""Root pytest configuration: registers the control-plane and S3 fixtures and the tiers plugin everywhere.
 
 The fixtures (a real kube-apiserver + etcd + kube-controller-manager, session-scoped, and a namespace
 per test) live in tests/controlplane/fixtures.py; see docs/controlplane.md. tests/tiers.py assigns every
@@ -9,7 +9,13 @@ not run or a test was skipped outside the GPU allow-list (docs/reliability.md, "
 import pytest
 
 # pytester: tests/unit/test_tier_gate.py runs small inner pytest sessions under the tiers plugin.
-pytest_plugins = ["tests.controlplane.fixtures", "tests.tiers", "tests.property_seed", "pytester"]
+pytest_plugins = [
+    "tests.controlplane.fixtures",
+    "tests.objectstore.fixtures",
+    "tests.tiers",
+    "tests.property_seed",
+    "pytester",
+]
 
 
 def pytest_runtest_setup(item: "pytest.Item") -> None:

@@ -35,6 +35,23 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 REAL_CLUSTER_ENV = "E2E_REAL_CLUSTER"
 
 
+#: The node pool of the node-loss scenario (e2e/test_storage.py): nodes of its own, tainted so that no other
+#: scenario's pod lands there (losing one harms nobody else), each with room for one of its 3-CPU workers
+#: only, so that its two workers run on two nodes and, after one node is lost, fit on the two others.
+POOL_LABEL = "e2e.trainop.dev/pool"
+POOL = "storage"
+POOL_NODES = tuple(
+    bed_module.NodeSpec(
+        name=f"pool-{i}",
+        cpu="4",
+        memory="16Gi",
+        labels={POOL_LABEL: POOL},
+        taints=({"key": POOL_LABEL, "value": POOL, "effect": "NoSchedule"},),
+    )
+    for i in (1, 2, 3)
+)
+
+
 def real_cluster_requested() -> bool:
     return os.environ.get(REAL_CLUSTER_ENV, "") not in ("", "0", "false", "False")
 
@@ -137,8 +154,8 @@ class LocalCluster(Cluster):
 
     kind = "local"
     #: The bed's nodes: room for every scenario's pods at once, no GPUs (the unschedulable scenario asks
-    #: for one), and two of them so the scheduler has a real choice.
-    NODES = (bed_module.NodeSpec(name="node-a"), bed_module.NodeSpec(name="node-b"))
+    #: for one), and two of them so the scheduler has a real choice; plus the pool above.
+    NODES = (bed_module.NodeSpec(name="node-a"), bed_module.NodeSpec(name="node-b"), *POOL_NODES)
 
     def __init__(self, *, assets: assets_module.Assets, work_dir: Path) -> None:
         missing = [name for name in ("kubectl", "helm") if getattr(assets, name) is None]

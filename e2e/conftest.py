@@ -3,6 +3,8 @@
 ``e2e_env`` (session) brings the whole system up the way a user would: the cluster (the local cluster bed
 with KubeRay's real controller, or ``$KUBECONFIG`` with ``E2E_REAL_CLUSTER=1``), ``helm install`` of
 charts/trainop, and the rollout of the chart's operator Deployment (on the bed, a pod of the node agent).
+On the bed it also starts an S3 server (versitygw, tests/objectstore) on the bed's root address, which
+pods reach as they reach the apiserver: the object-storage scenario's bucket.
 
 ``e2e_scripts`` (session) gives every selected test marked ``@scenario.acts(script)`` its own namespace
 and starts all their scripts at once (``scenario.ScriptRun``; ``E2E_CONCURRENCY=N`` caps how many act at a
@@ -29,6 +31,7 @@ import pytest
 from e2e import claims, faults, install, scenario
 from e2e import cluster as cluster_module
 from tests.controlplane import assets
+from tests.objectstore.server import S3Server
 
 _ENV = pytest.StashKey[scenario.Environment]()
 _TIMELINES = pytest.StashKey[list[tuple[str, str]]]()
@@ -59,6 +62,7 @@ def e2e_env(
         timings.append((what, time.monotonic() - started))
 
     cluster: cluster_module.Cluster
+    store: S3Server | None = None
     if real:
         cluster = cluster_module.RealCluster(assets=assets.resolve())
     else:
@@ -72,18 +76,24 @@ def e2e_env(
         mark("helm install done (CRDs Established)")
         install.wait_for_rollout(cluster, release)
         mark("operator Deployment rolled out")
+        if isinstance(cluster, cluster_module.LocalCluster):
+            store = S3Server.start(work / "s3", host=cluster.bed.network.apiserver_ip)
+            mark("S3 server up")
         env = scenario.Environment(
             cluster=cluster,
             release=release,
             faults=faults.ClusterFaults(cluster),
             claims=claims.ClaimFiles(cluster),
             work_dir=work,
+            object_store=store,
         )
         request.config.stash[_ENV] = env
         yield env
     finally:
         if _ENV in request.config.stash:
             del request.config.stash[_ENV]
+        if store is not None:
+            store.stop()
         cluster.close()
 
 

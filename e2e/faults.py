@@ -8,6 +8,9 @@
   would. The RayJob fails and the operator starts the next attempt (failure layer 2).
 - **delete a worker pod** / **delete the head pod**: ``kubectl delete pod``, as a drained or lost node
   would; KubeRay and Ray Train react as they do on any cluster.
+- **lose a node** (local cluster bed only): the node agent's ``lose-node`` hook kills every process of the
+  node's pods and stops the node's Lease and status, as a machine that loses power; the API objects stay
+  as they were until the node-lifecycle controller marks the node unreachable.
 
 The pods are found the way a user finds them: the RayJob's ``status.rayClusterName`` and KubeRay's labels
 ``ray.io/cluster`` and ``ray.io/node-type``. The same code runs on the local cluster bed and on a real
@@ -111,6 +114,19 @@ class ClusterFaults:
         answer = (result.stdout + result.stderr).strip()
         assert result.returncode == 0, f"pod {pod}: {answer}"
         return f"pod {pod}: {answer}"
+
+    def lose_node(self, node: str) -> str:
+        """The node is gone (power lost): its pods' processes die, it stops reporting. Local bed only."""
+        bed = getattr(self.cluster, "bed", None)
+        if bed is None:
+            raise AssertionError(f"losing node {node} needs the local cluster bed's node agent")
+        bed.control.lose_node(node)
+        return f"node {node} lost (its pods' processes killed, its Lease and status stopped)"
+
+    def node_of(self, namespace: str, pod: str) -> str:
+        return str(
+            self.cluster.kubectl_json("get", "pod", pod, "-n", namespace)["spec"].get("nodeName") or ""
+        )
 
     def delete_pod(self, namespace: str, ray_job: str, node_type: str) -> str:
         """``kubectl delete pod`` of the (last) running pod of ``node_type`` ("head" or "worker")."""

@@ -1,10 +1,11 @@
 """One scenario: a namespace, the manifest a user applies, and everything they would watch while it runs.
 
 ``Environment`` is the session's installed system (cluster, chart and its operator, the failure injector,
-the claim reader). ``Scenario`` is one test's view of it: ``apply`` runs ``kubectl apply
--f`` and starts three real ``kubectl --watch`` streams (the owner, its RayJobs, the namespace's Events)
-that feed the timeline; ``wait_for`` blocks on the owner's stream; ``history`` is every version of the
-owner that kubectl printed, with the second it arrived, for assertions about how the columns moved.
+the claim reader, and on the local bed an S3 server the pods reach). ``Scenario`` is one test's view of
+it: ``apply`` runs ``kubectl apply -f`` and starts three real ``kubectl --watch`` streams (the owner, its
+RayJobs, the namespace's Events) that feed the timeline; ``wait_for`` blocks on the owner's stream;
+``history`` is every version of the owner that kubectl printed, with the second it arrived, for
+assertions about how the columns moved.
 
 Scenarios run concurrently: almost all of a scenario's time is Ray and torch starting up processes, which
 overlaps well. A test declares what a user *does* as a script (``@acts(script)``: apply, wait, inject a
@@ -30,6 +31,7 @@ import yaml
 from e2e import claims, faults, install
 from e2e import cluster as cluster_module
 from e2e import watch as watch_module
+from tests.objectstore.server import S3Server
 from trainop.api import trainer_config
 
 Obj = dict[str, Any]
@@ -48,6 +50,8 @@ class Environment:
     faults: faults.ClusterFaults
     claims: claims.ClaimFiles
     work_dir: Path
+    #: versitygw on the bed's root address (pods reach it); None on a real cluster.
+    object_store: S3Server | None = None
 
     @property
     def operator_identity(self) -> str:
@@ -75,13 +79,16 @@ class Scenario:
         self.columns: watch_module.PrinterColumns | None = None
 
     # ------------------------------------------------------------------------------------------- acting
-    def apply(self, manifest: Path) -> Obj:
+    def apply(self, manifest: Path, edit: Callable[[Obj], list[str]] | None = None) -> Obj:
         """``kubectl apply -f manifest -n <ns>``, then watch the owner and its RayJobs.
 
         On a real cluster ``E2E_TRAINER_IMAGE`` and ``E2E_GPUS_PER_WORKER`` adapt the manifest (image,
-        GPUs per worker); the applied document is ``self.document``."""
+        GPUs per worker); ``edit`` fills in what only the session knows (a bucket, an endpoint) and says
+        what it changed. The applied document is ``self.document``."""
         original: Obj = yaml.safe_load(manifest.read_text())
         self.document, changes = customize(original)
+        if edit is not None:
+            changes += edit(self.document)
         self.kind, self.name = self.document["kind"], self.document["metadata"]["name"]
         plural = PLURAL[self.kind]
         self.columns = watch_module.PrinterColumns.of(self.cluster, f"{plural}.trainop.dev")
@@ -143,6 +150,11 @@ class Scenario:
             )
         )
         return int(answer.rsplit("checkpoint step ", 1)[1].split()[0])
+
+    def lose_node(self, node: str) -> str:
+        """The node is gone (local bed): every process of its pods dies, it stops reporting."""
+        self.timeline.note(f"inject: lose node {node} (node agent hook)")
+        return self._noted(self.env.faults.lose_node(node))
 
     def wait_for_checkpoint_on_volume(self, attempt: int) -> int:
         """Wait (inside the head pod: no API round trips) until the job has a committed checkpoint on its

@@ -136,12 +136,13 @@ def test_cpu_trainingjob_runs_to_succeeded_with_progress_reported_by_its_own_ser
     assert_final_checkpoint_on_claim(run, final)
 
     # Who wrote what. managedFields: the trainer's field manager owns progress/checkpoint/network/cost of
-    # the status subresource (evaluation, profile, communication and tracking only when asked for), the
-    # operator's owns phase and the rest, and neither owns the other's fields.
+    # the status subresource (and storage, the driver's start-up check; evaluation, profile, communication
+    # and tracking only when asked for), the operator's owns phase and the rest, and neither owns the
+    # other's fields.
     stored = run.get()
     trainer_fields = scenario_module.managed_status_fields(stored, "trainop-trainer")
     operator_fields = scenario_module.managed_status_fields(stored, "trainop")
-    assert trainer_fields == {"progress", "checkpoint", "network", "cost"}, trainer_fields
+    assert trainer_fields == {"progress", "checkpoint", "network", "cost", "storage"}, trainer_fields
     assert {"phase", "attempt", "conditions"} <= operator_fields, operator_fields
     assert not operator_fields & trainer_fields, (operator_fields, trainer_fields)
 

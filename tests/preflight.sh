@@ -3,7 +3,7 @@
 # tool stops the run at once, named, with the one command that installs it (instead of a tier that
 # quietly does not run). `make test` and .ci/run call it; it installs nothing itself.
 #
-#   Go >= 1.26       builds the control plane, helm, promtool and KubeRay's CRDs (tests/controlplane/build.sh)
+#   Go >= 1.26       builds the control plane, helm, promtool, versitygw and KubeRay's CRDs (tests/controlplane/build.sh)
 #   flock, unshare, nsenter   build.sh's lock; private mount namespaces (util-linux)
 #   ip                 the cluster bed's network namespaces, bridge and veths (iproute2)
 #   iptables           kube-proxy's Service rules in the bed's network namespace (iptables)

@@ -8,7 +8,8 @@
 #
 # Components: kube-apiserver kube-controller-manager kubectl etcd helm kuberay-crds (the control plane);
 #             kube-scheduler kube-proxy kuberay-operator coredns (the pod-running cluster bed, tests/clusterbed);
-#             promtool (the monitoring tier). `controlplane` names the first group only.
+#             promtool (the monitoring tier); versitygw (the S3 server of the storage tests).
+#             `controlplane` names the first group only.
 #
 # Nothing is downloaded except through the Go module proxy. Nothing is written into the repository.
 # Layout (tests/controlplane/assets.py computes the same paths; keep the two in step):
@@ -21,6 +22,7 @@
 #   $CACHE/controlplane/helm-<v>/bin/helm
 #   $CACHE/controlplane/kuberay-<v>/crds/ray.io_{rayclusters,rayjobs}.yaml
 #   $CACHE/controlplane/promtool-<v>/bin/promtool   (the monitoring tier's rule checker and rule tests)
+#   $CACHE/controlplane/versitygw-<v>/bin/versitygw (an S3 gateway over a directory: the object-storage tests)
 #   $CACHE/controlplane/*/src/             throwaway Go wrapper modules (safe to delete)
 #   $CACHE/bin/                            symlinks to the pinned binaries, handy for PATH
 #   $CACHE/controlplane/build-times.tsv    how long each build took on this machine
@@ -47,6 +49,7 @@ HELM_DIR="$CP_ROOT/helm-$HELM_VERSION"
 KUBERAY_DIR="$CP_ROOT/kuberay-$KUBERAY_VERSION"
 COREDNS_DIR="$CP_ROOT/coredns-$COREDNS_VERSION"
 PROMTOOL_DIR="$CP_ROOT/promtool-$PROMETHEUS_VERSION"
+VERSITYGW_DIR="$CP_ROOT/versitygw-$VERSITYGW_VERSION"
 
 if [[ -n "${GO:-}" ]]; then :
 elif command -v go >/dev/null 2>&1; then GO="$(command -v go)"
@@ -335,11 +338,32 @@ build_promtool() {
   link_into_cache_bin "$out"
 }
 
+# ---------------------------------------------------------------------------------------- versitygw
+# The S3 server of the object-storage tests (checkpoints and data on s3://, tests/objectstore): Versity's
+# S3 gateway serving a plain directory (`versitygw ... posix DIR`). A real S3 implementation (SigV4,
+# multipart uploads, ListObjectsV2, CopyObject), not a mock. MinIO has no semver tags on the Go proxy;
+# versitygw's go.mod has no replace directives, so plain `go install` works, as for helm.
+build_versitygw() {
+  local out="$VERSITYGW_DIR/bin/versitygw"
+  if [[ -x "$out" ]]; then log "versitygw $VERSITYGW_VERSION: cached at $out"; link_into_cache_bin "$out"; return 0; fi
+  log "building versitygw $VERSITYGW_VERSION (github.com/versity/versitygw/cmd/versitygw)"
+  mkdir -p "$VERSITYGW_DIR/bin" "$VERSITYGW_DIR/gobin.tmp"
+  local start=$SECONDS
+  with_heartbeat versitygw env GOBIN="$VERSITYGW_DIR/gobin.tmp" GOFLAGS= "$GO" install -trimpath \
+    -ldflags "-s -w -X main.Version=$VERSITYGW_VERSION" \
+    "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION"
+  mv -f "$VERSITYGW_DIR/gobin.tmp/versitygw" "$out"
+  rmdir "$VERSITYGW_DIR/gobin.tmp"
+  record_time versitygw "$VERSITYGW_VERSION" $((SECONDS - start))
+  log "built versitygw in $((SECONDS - start))s -> $out"
+  link_into_cache_bin "$out"
+}
+
 # --------------------------------------------------------------------------------------------- main
 components=("$@")
 if (( ${#components[@]} == 0 )) || [[ "${components[0]}" == all ]]; then
   components=(etcd kube-apiserver kube-controller-manager kubectl kuberay-crds helm
-              kube-scheduler kube-proxy kuberay-operator coredns promtool)
+              kube-scheduler kube-proxy kuberay-operator coredns promtool versitygw)
 elif [[ "${components[0]}" == controlplane ]]; then
   components=(etcd kube-apiserver kube-controller-manager kubectl kuberay-crds helm)
 fi
@@ -362,6 +386,7 @@ for c in "${components[@]}"; do
     kuberay-operator) build_kuberay_operator ;;
     coredns) build_coredns ;;
     promtool) build_promtool ;;
+    versitygw) build_versitygw ;;
     *) echo "build.sh: unknown component '$c'" >&2; exit 2 ;;
   esac
 done

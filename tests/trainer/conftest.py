@@ -5,6 +5,11 @@ Ray start-up is slow on small machines, so the runtime is started once, with mor
 deadlocks). Ray Train polls its workers every 2 s by default; the tests make it poll every 0.5 s and skip
 the preemption watcher actor, to spend less time waiting. Helpers live in ``trainer_support.py``; the
 tracking tests share one real MLflow server (``mlflow_server.py``).
+
+The session's S3 server (tests/objectstore) starts before Ray, and its credentials are in the environment
+Ray starts with, under the names the operator gives a Secret's keys in every Ray container
+(``trainer_config.s3_env``): every Ray worker has them as every Ray pod would, and no test passes
+credentials through a config or a runtime env.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests import mlflow_server as mlflow_server_module
+from tests.objectstore.server import S3Server
+from trainop.api import trainer_config
 
 # Read by Ray Train's controller from the driver's environment when fit() starts.
 _RAY_TRAIN_ENV = {
@@ -24,14 +31,19 @@ _RAY_TRAIN_ENV = {
 
 
 @pytest.fixture(scope="session")
-def ray_cluster() -> Iterator[str]:
+def ray_cluster(s3_server: S3Server) -> Iterator[str]:
     """A local Ray runtime shared by every Ray test; yields its address (for driver subprocesses)."""
     import ray
 
-    saved = {key: os.environ.get(key) for key in _RAY_TRAIN_ENV}
-    os.environ.update(_RAY_TRAIN_ENV)
-    # address="local": a runtime of our own even when another one runs on this machine (another test run,
-    # a dev cluster); without it ray.init joins that one and refuses num_cpus.
+    env = {
+        **_RAY_TRAIN_ENV,
+        **s3_server.env(trainer_config.S3_CHECKPOINT),
+        **s3_server.env(trainer_config.S3_DATA),
+    }
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    # address="local": a runtime of its own even while other Ray clusters run on this machine (other test
+    # sessions, a cluster bed's Ray pods): without it ray.init joins the newest one and refuses num_cpus.
     context = ray.init(address="local", num_cpus=8, include_dashboard=False, log_to_driver=False)
     try:
         yield str(context.address_info["gcs_address"])

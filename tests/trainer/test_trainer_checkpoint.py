@@ -1,17 +1,22 @@
 """The Checkpointer over torch.distributed.checkpoint: commit marker, keep-last, fallback, parts, format 1.
 
-Real DCP writes and reads on disk, in this process as a world of one (gloo); the multi-rank behaviour
-(resharding, every rank writing its share) is tested under torchrun in ``test_trainer_resharding.py`` and
-through the trainer in ``test_trainer_launch.py`` / ``test_trainer_ray.py``. Nothing is mocked.
+Real DCP writes and reads, in this process as a world of one (gloo), each test twice: on a directory (the
+checkpoint volume) and in a bucket of a real S3 server (versitygw, tests/objectstore), whose objects are
+files in a directory of this machine, so that a test can damage them the same way in both places. The
+multi-rank behaviour (resharding, every rank writing its share) is tested under torchrun in
+``test_trainer_resharding.py`` and through the trainer in ``test_trainer_launch.py`` / ``test_trainer_ray.py``
+(on S3 too). Nothing is mocked.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import logging
 import pathlib
 import shutil
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,8 +25,9 @@ import torch
 import torch.distributed as dist
 import trainer_support
 
-from trainop.api import experiment
-from trainop_trainer import checkpoint_store, distributed, run_record, stateful
+from tests.objectstore.server import S3Server
+from trainop.api import experiment, trainer_config
+from trainop_trainer import checkpoint_store, distributed, run_record, stateful, storage
 from trainop_trainer.checkpointer import Checkpointer
 
 LEGACY = trainer_support.REPO / "tests" / "trainer" / "data" / "legacy_v1" / "checkpoints"
@@ -51,12 +57,45 @@ CTX = distributed.WorkerContext(
 )
 
 
+@dataclasses.dataclass(frozen=True)
+class Place:
+    """Where a test's checkpoints go (``root``, as the Checkpointer is given it) and where their files are on
+    this machine (``disk``: the same directory, or the S3 server's directory behind the bucket's keys).
+    Tests look at ``disk`` and damage files through ``root`` (S3's API: the server checks what it serves
+    against the checksums it stored, so bytes changed behind its back are a read error, not a damage)."""
+
+    root: storage.RunDir
+    disk: pathlib.Path
+
+    def file(self, relative: pathlib.Path) -> storage.RunDir:
+        """A file under ``disk`` as the checkpointer sees it (``relative`` to ``disk``)."""
+        target = self.root
+        for part in relative.relative_to(self.disk).parts:
+            target = target / part
+        return target
+
+
+@pytest.fixture(params=["volume", "s3"])
+def place(request: pytest.FixtureRequest, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Place:
+    if request.param == "volume":
+        return Place(root=tmp_path / "checkpoints", disk=tmp_path / "checkpoints")
+    server: S3Server = request.getfixturevalue("s3_server")
+    bucket = server.create_bucket(f"ckpt-{uuid.uuid4().hex[:12]}")
+    for key, value in server.env(trainer_config.S3_CHECKPOINT).items():
+        monkeypatch.setenv(key, value)
+    # As the trainer connects: storage path, the spec's S3Bucket, the Secret's keys from the environment.
+    run = storage.for_uri(
+        f"s3://{bucket}/run", bucket=server.bucket(bucket), use=trainer_config.S3_CHECKPOINT
+    )
+    return Place(root=run / "checkpoints", disk=server.root / bucket / "run" / "checkpoints")
+
+
 class Loop:
     """A small model, its optimizer and counters, registered as the built-in Trainer registers them."""
 
     def __init__(
         self,
-        root: pathlib.Path,
+        root: storage.RunDir,
         *,
         seed: int = 0,
         keep_last: int = 10,
@@ -108,16 +147,14 @@ class Loop:
         return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
 
 
-def _paths(root: pathlib.Path) -> Any:
+def _paths(root: storage.RunDir) -> Any:
     from trainop_trainer import config as config_module
 
     return config_module.RunPaths(run_dir=root.parent)
 
 
-def test_a_saved_checkpoint_restores_every_part_exactly_and_continues_the_same_way(
-    tmp_path: pathlib.Path,
-) -> None:
-    root = tmp_path / "checkpoints"
+def test_a_saved_checkpoint_restores_every_part_exactly_and_continues_the_same_way(place: Place) -> None:
+    root = place.root
     first = Loop(root)
     first.train(7)
     first.save(wait=False)
@@ -138,14 +175,12 @@ def test_a_saved_checkpoint_restores_every_part_exactly_and_continues_the_same_w
     assert all(torch.equal(second.params()[k], v) for k, v in continued.items())
 
 
-def test_the_manifest_is_written_first_and_dcp_metadata_last_commits_the_directory(
-    tmp_path: pathlib.Path,
-) -> None:
-    loop = Loop(tmp_path / "checkpoints")
+def test_the_manifest_is_written_first_and_dcp_metadata_last_commits_the_directory(place: Place) -> None:
+    loop = Loop(place.root)
     loop.train(3)
     loop.save()
     loop.checkpointer.close()
-    step_dir = tmp_path / "checkpoints" / "step_3"
+    step_dir = place.disk / "step_3"
     manifest = json.loads((step_dir / "manifest.json").read_text())
     assert (manifest["format"], manifest["step"], manifest["worldSize"]) == (2, 3, 1)
     assert manifest["parts"] == ["model", "optimizer", "rng", "sampler", "train_state"]
@@ -154,34 +189,34 @@ def test_the_manifest_is_written_first_and_dcp_metadata_last_commits_the_directo
     assert loop.committed == [3]
 
 
-def test_keep_last_deletes_all_but_the_newest_committed_checkpoints(tmp_path: pathlib.Path) -> None:
-    loop = Loop(tmp_path / "checkpoints", keep_last=2)
+def test_keep_last_deletes_all_but_the_newest_committed_checkpoints(place: Place) -> None:
+    loop = Loop(place.root, keep_last=2)
     for _ in range(5):
         loop.train(1)
         loop.save(wait=False)
     loop.checkpointer.close()
-    assert checkpoint_store.CheckpointStore(tmp_path / "checkpoints").committed_steps() == [5, 4]
+    assert checkpoint_store.CheckpointStore(place.root).committed_steps() == [5, 4]
     assert loop.committed == [1, 2, 3, 4, 5]
 
 
 def test_a_directory_without_dcp_metadata_is_never_loaded_and_is_removed(
-    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+    place: Place, caplog: pytest.LogCaptureFixture
 ) -> None:
-    loop = Loop(tmp_path / "checkpoints")
+    loop = Loop(place.root)
     loop.train(2)
     loop.save()
     loop.train(2)
     loop.save()
     loop.checkpointer.close()
-    (tmp_path / "checkpoints" / "step_4" / ".metadata").unlink()  # as if the write was interrupted
+    place.file(place.disk / "step_4" / ".metadata").unlink()  # as if the write was interrupted
 
     with caplog.at_level(logging.WARNING, logger="trainop_trainer.checkpoint_store"):
-        again = Loop(tmp_path / "checkpoints", seed=5)
+        again = Loop(place.root, seed=5)
         restored = again.checkpointer.load()
         again.checkpointer.close()
 
     assert restored is not None and restored.step == 2
-    assert not (tmp_path / "checkpoints" / "step_4").exists()
+    assert not (place.disk / "step_4").exists()
     assert any("interrupted checkpoint write" in r.getMessage() for r in caplog.records)
 
 
@@ -195,28 +230,28 @@ def test_a_directory_without_dcp_metadata_is_never_loaded_and_is_removed(
     ],
 )
 def test_a_damaged_newest_checkpoint_is_moved_aside_with_a_warning_and_the_previous_one_used(
-    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture, damage: str, reason: str
+    place: Place, caplog: pytest.LogCaptureFixture, damage: str, reason: str
 ) -> None:
-    loop = Loop(tmp_path / "checkpoints")
+    loop = Loop(place.root)
     loop.train(2)
     loop.save()
     at_two = loop.params()
     loop.train(2)
     loop.save()
     loop.checkpointer.close()
-    newest = tmp_path / "checkpoints" / "step_4"
-    data = sorted(newest.glob("*.distcp"))[0]
+    newest = place.disk / "step_4"
+    data = place.file(sorted(newest.glob("*.distcp"))[0])
     if damage == "truncate":
         data.write_bytes(data.read_bytes()[:-17])
     elif damage == "delete_data":
         data.unlink()
     elif damage == "garble_metadata":
-        (newest / ".metadata").write_bytes(b"not a pickle")
+        place.file(newest / ".metadata").write_bytes(b"not a pickle")
     else:
-        (newest / "manifest.json").write_text("{not json")
+        place.file(newest / "manifest.json").write_text("{not json")
 
     with caplog.at_level(logging.WARNING, logger="trainop_trainer.checkpoint_store"):
-        again = Loop(tmp_path / "checkpoints", seed=5)
+        again = Loop(place.root, seed=5)
         restored = again.checkpointer.load()
         again.checkpointer.close()
 
@@ -224,73 +259,69 @@ def test_a_damaged_newest_checkpoint_is_moved_aside_with_a_warning_and_the_previ
     assert all(torch.equal(again.params()[k], v) for k, v in at_two.items())
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("step_4" in w and reason in w and "falling back" in w for w in warnings), warnings
-    assert not newest.exists() and (tmp_path / "checkpoints" / "step_4.corrupt").is_dir()
+    assert not newest.exists() and (place.disk / "step_4.corrupt").is_dir()
 
 
 def test_a_checkpoint_that_validates_but_cannot_be_read_falls_back_too(
-    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+    place: Place, caplog: pytest.LogCaptureFixture
 ) -> None:
-    loop = Loop(tmp_path / "checkpoints")
+    loop = Loop(place.root)
     loop.train(2)
     loop.save()
     loop.train(2)
     loop.save()
     loop.checkpointer.close()
-    for data in (tmp_path / "checkpoints" / "step_4").glob("*.distcp"):
+    for data in map(place.file, (place.disk / "step_4").glob("*.distcp")):
         data.write_bytes(bytes(len(data.read_bytes())))  # right sizes, nothing readable
 
     with caplog.at_level(logging.WARNING, logger="trainop_trainer.checkpointer"):
-        again = Loop(tmp_path / "checkpoints", seed=5)
+        again = Loop(place.root, seed=5)
         restored = again.checkpointer.load()
         again.checkpointer.close()
 
     assert restored is not None and restored.step == 2 and again.train_state.step == 2
     assert any("step_4 failed to load" in r.getMessage() for r in caplog.records)
-    assert (tmp_path / "checkpoints" / "step_4.corrupt").is_dir()
+    assert (place.disk / "step_4.corrupt").is_dir()
 
 
 def test_when_the_only_checkpoint_cannot_be_read_the_start_fails_instead_of_training_on_half_loaded_state(
-    tmp_path: pathlib.Path,
+    place: Place,
 ) -> None:
-    loop = Loop(tmp_path / "checkpoints")
+    loop = Loop(place.root)
     loop.train(2)
     loop.save()
     loop.checkpointer.close()
-    for data in (tmp_path / "checkpoints" / "step_2").glob("*.distcp"):
+    for data in map(place.file, (place.disk / "step_2").glob("*.distcp")):
         data.write_bytes(bytes(len(data.read_bytes())))
-    again = Loop(tmp_path / "checkpoints", seed=5)
+    again = Loop(place.root, seed=5)
     with pytest.raises(
         checkpoint_store.CheckpointError, match="next start of the worker group begins at step 0"
     ):
         again.checkpointer.load()
     again.checkpointer.close()
-    assert checkpoint_store.CheckpointStore(tmp_path / "checkpoints").committed_steps() == []
+    assert checkpoint_store.CheckpointStore(place.root).committed_steps() == []
 
 
-def test_no_checkpoint_at_all_means_a_fresh_start(tmp_path: pathlib.Path) -> None:
-    loop = Loop(tmp_path / "checkpoints")
+def test_no_checkpoint_at_all_means_a_fresh_start(place: Place) -> None:
+    loop = Loop(place.root)
     assert loop.checkpointer.load() is None
     loop.checkpointer.close()
 
 
-def test_writing_a_step_again_replaces_the_old_directory(tmp_path: pathlib.Path) -> None:
-    loop = Loop(tmp_path / "checkpoints")
+def test_writing_a_step_again_replaces_the_old_directory(place: Place) -> None:
+    loop = Loop(place.root)
     loop.train(3)
     loop.save()
     loop.train_state.step = 3  # a resume from an older checkpoint reaches step 3 again
     loop.position.epoch = 9
     loop.save()
     loop.checkpointer.close()
-    manifest = checkpoint_store.CheckpointStore(tmp_path / "checkpoints").validate(
-        tmp_path / "checkpoints" / "step_3"
-    )
+    manifest = checkpoint_store.CheckpointStore(place.root).validate(place.root / "step_3")
     assert manifest.epoch == 9
-    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_3"]
+    assert sorted(p.name for p in place.disk.iterdir()) == ["step_3"]
 
 
-def test_a_failed_background_write_is_raised_by_wait_and_leaves_no_committed_checkpoint(
-    tmp_path: pathlib.Path,
-) -> None:
+def test_a_failed_background_write_is_raised_by_wait_and_leaves_no_committed_checkpoint(place: Place) -> None:
     class Unpicklable:
         """Staged (copied) fine on the training thread; fails when the background thread writes it."""
 
@@ -307,17 +338,17 @@ def test_a_failed_background_write_is_raised_by_wait_and_leaves_no_committed_che
         def load_state_dict(self, state_dict: dict[str, Any]) -> None:
             del state_dict
 
-    loop = Loop(tmp_path / "checkpoints")
+    loop = Loop(place.root)
     loop.checkpointer.register("broken", Broken())
     loop.train(1)
     loop.save(wait=False)
     with pytest.raises(BaseException, match="no space left"):  # DCP's CheckpointException
         loop.checkpointer.wait()
     loop.checkpointer.close()
-    assert checkpoint_store.CheckpointStore(tmp_path / "checkpoints").committed_steps() == []
+    assert checkpoint_store.CheckpointStore(place.root).committed_steps() == []
 
 
-def test_a_user_state_comes_back_with_its_structure_integer_keys_and_tensors(tmp_path: pathlib.Path) -> None:
+def test_a_user_state_comes_back_with_its_structure_integer_keys_and_tensors(place: Place) -> None:
     model = torch.nn.Linear(3, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     model(torch.randn(4, 3)).sum().backward()
@@ -325,10 +356,10 @@ def test_a_user_state_comes_back_with_its_structure_integer_keys_and_tensors(tmp
     state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "extra": (1, "two", [3.0])}
     user = stateful.UserState(is_rank0=True)
     checkpointer = Checkpointer(
-        root=tmp_path / "checkpoints",
+        root=place.root,
         ctx=CTX,
         keep_last=3,
-        record=run_record.RunRecord(paths=_paths(tmp_path / "checkpoints"), launch_id="t", is_rank0=True),
+        record=run_record.RunRecord(paths=_paths(place.root), launch_id="t", is_rank0=True),
     )
     checkpointer.register("user", user)
     user.pending = state
@@ -337,10 +368,10 @@ def test_a_user_state_comes_back_with_its_structure_integer_keys_and_tensors(tmp
 
     reader = stateful.UserState(is_rank0=True)
     again = Checkpointer(
-        root=tmp_path / "checkpoints",
+        root=place.root,
         ctx=CTX,
         keep_last=3,
-        record=run_record.RunRecord(paths=_paths(tmp_path / "checkpoints"), launch_id="t", is_rank0=True),
+        record=run_record.RunRecord(paths=_paths(place.root), launch_id="t", is_rank0=True),
     )
     again.register("user", reader)
     assert again.load() is not None
@@ -447,9 +478,9 @@ def test_a_stager_that_closed_itself_after_a_save_is_replaced_for_the_next_one(
     ("mode", "best_step"), [("max", 20), ("min", 10)], ids=["max-accuracy", "min-accuracy"]
 )
 def test_the_best_checkpoint_by_its_evaluation_outlives_keep_last_and_is_found_again_after_a_restart(
-    tmp_path: pathlib.Path, mode: str, best_step: int
+    place: Place, mode: str, best_step: int
 ) -> None:
-    root = tmp_path / "checkpoints"
+    root = place.root
     keep_best = experiment.KeepBest(metric="accuracy", mode=experiment.BestMode(mode))
     accuracy = {10: 0.5, 20: 0.9, 30: 0.7, 40: 0.8, 50: 0.6}
     loop = Loop(root, keep_last=2, keep_best=keep_best)
@@ -464,10 +495,10 @@ def test_the_best_checkpoint_by_its_evaluation_outlives_keep_last_and_is_found_a
     assert best is not None
     assert (best.step, best.metric, best.value) == (best_step, "accuracy", accuracy[best_step])
     assert best.path == str(root / f"step_{best_step}")
-    manifest = json.loads((root / f"step_{best_step}" / "manifest.json").read_text())
+    manifest = json.loads((place.disk / f"step_{best_step}" / "manifest.json").read_text())
     assert manifest["evaluation"] == {"accuracy": accuracy[best_step], "loss": 1.0 - accuracy[best_step]}
 
-    # A new worker group finds the same best on the volume and keeps sparing it.
+    # A new worker group finds the same best in storage and keeps sparing it.
     again = Loop(root, keep_last=2, keep_best=keep_best)
     again.checkpointer.load()
     again.train(10)

@@ -7,6 +7,7 @@ import os
 import pathlib
 import socket
 import sys
+import uuid
 import warnings
 from typing import Any
 
@@ -97,23 +98,53 @@ def with_spec(config: trainer_config.TrainerConfig, **fields: Any) -> trainer_co
 
 
 def run_dir(config: trainer_config.TrainerConfig) -> pathlib.Path:
+    """The run's directory on the volume (configs whose storage path is a local directory)."""
     return pathlib.Path(config.storage_path) / config.run_name
 
 
+def on_s3(
+    config: trainer_config.TrainerConfig, server: Any, *, bucket: str | None = None
+) -> trainer_config.TrainerConfig:
+    """``config`` with its run in a bucket of the S3 test server (a new one unless ``bucket`` is given): the
+    storage path ``s3://<bucket>/runs``, and the spec's checkpoint.storage.s3 naming the server and a
+    credentials Secret, whose keys the test puts into the environment (``server.env()``)."""
+    bucket = bucket or server.create_bucket(f"run-{uuid.uuid4().hex[:12]}")
+    spec = config.spec.model_copy(deep=True)
+    spec.checkpoint.storage.s3 = server.bucket(bucket, prefix="runs")
+    return config.model_copy(update={"storage_path": f"s3://{bucket}/runs", "spec": spec})
+
+
+def run_files(config: trainer_config.TrainerConfig) -> Any:
+    """The run's directory as the trainer sees it: a ``pathlib.Path``, or a ``storage.StoragePath`` in the
+    bucket of an ``s3://`` storage path (read with the credentials in this process's environment)."""
+    from trainop_trainer import config as config_module
+
+    return config_module.paths_for(config).run_dir
+
+
 def checkpoint_steps(config: trainer_config.TrainerConfig) -> list[int]:
-    root = run_dir(config) / "checkpoints"
-    return sorted(int(p.name.split("_")[1]) for p in root.glob("step_*") if p.name.split("_")[1].isdigit())
+    """Every ``step_<N>`` directory, committed or not."""
+    from trainop_trainer import checkpoint_store
+
+    return sorted(
+        step for step, _ in checkpoint_store.CheckpointStore(run_files(config) / "checkpoints").step_dirs()
+    )
 
 
 def checkpoint_part(config: trainer_config.TrainerConfig, step: int, part: str) -> dict[str, Any]:
     """One part of a committed checkpoint, read from its DCP files as full CPU tensors (any world size)."""
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
 
-    path = run_dir(config) / "checkpoints" / f"step_{step}"
+    from trainop_trainer import dcp_storage, storage
+
+    path = storage.at(run_files(config) / "checkpoints" / f"step_{step}")
     assert (path / ".metadata").is_file(), f"{path} is not a committed checkpoint"
+    where: dict[str, Any] = (
+        {"checkpoint_id": path.path} if path.is_local else {"storage_reader": dcp_storage.ArrowReader(path)}
+    )
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.distributed is unavailable or uninitialized")
-        state: dict[str, Any] = _load_state_dict_from_keys(keys={part}, checkpoint_id=str(path))[part]
+        state: dict[str, Any] = _load_state_dict_from_keys(keys={part}, **where)[part]
     return state
 
 
@@ -133,12 +164,12 @@ def user_state(config: trainer_config.TrainerConfig, step: int) -> dict[str, Any
 
 
 def events(config: trainer_config.TrainerConfig) -> list[dict[str, Any]]:
-    path = run_dir(config) / "trainop" / "events.jsonl"
+    path = run_files(config) / "trainop" / "events.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def status(config: trainer_config.TrainerConfig) -> dict[str, Any]:
-    path = run_dir(config) / "status.json"
+    path = run_files(config) / "status.json"
     try:
         data: dict[str, Any] = json.loads(path.read_text())
     except (OSError, ValueError):

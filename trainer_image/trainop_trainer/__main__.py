@@ -3,7 +3,8 @@
 The container entry point of the trainer image. On a cluster the operator mounts the config at
 /etc/trainop/trainer.json and KubeRay sets RAY_ADDRESS; by hand, ``--config`` names any TrainerConfig JSON
 and a local Ray runtime is started. Exit codes: 0 completed or stopped by SIGTERM (after a checkpoint),
-1 training failed, 2 the config or the entrypoint is invalid (one line on stderr says which field).
+1 training failed, 2 the config or the entrypoint is invalid, or the checkpoint storage cannot be written
+(one line on stderr says which field and why).
 """
 
 from __future__ import annotations
@@ -82,6 +83,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"network: {plan.resolved} ({plan.reason}) env={plan.env}")
         return 0
 
+    # Before Ray: a wrong Secret or a missing bucket is one sentence on the status, not a failed checkpoint.
+    problem = ray_train.check_storage(config)
+    if problem is not None:
+        print(f"trainop: error: {problem.message}", file=sys.stderr)
+        return 2
     ray_train.ensure_ray()
     grace = float(os.environ.get("TRAINOP_STOP_GRACE_S", DEFAULT_STOP_GRACE_S))
     preempt.install_driver_handler(config_module.paths_for(config).stop_file, grace_s=grace)

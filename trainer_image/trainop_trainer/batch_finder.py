@@ -42,6 +42,7 @@ from collections.abc import Callable
 import torch
 
 from trainop.api import trainingjob
+from trainop_trainer import storage
 
 log = logging.getLogger(__name__)
 
@@ -239,7 +240,7 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc)
 
 
-def read_choice(path: pathlib.Path) -> Choice | None:
+def read_choice(path: storage.RunDir) -> Choice | None:
     try:
         return Choice.from_json(path.read_text())
     except (OSError, ValueError, KeyError):

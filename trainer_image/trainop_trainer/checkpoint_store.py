@@ -20,8 +20,14 @@ at the price of reading every byte again on every resume). A checkpoint that fai
 validated but failed to load, is moved aside to ``step_<N>.corrupt`` with a warning, and the previous one is
 used.
 
-Only rank 0 calls the mutating functions. This module must not know about models or ranks: it is the part
-an object store (issue #18) would replace.
+The directory is a ``storage.StoragePath``: on the checkpoint volume (pyarrow's local filesystem) or in an
+S3 bucket, with one code path. On S3 the rules hold as they do on the volume: the commit marker is an object
+that appears whole once every rank's data objects are complete (DCP writes it last), an upload killed midway
+leaves no object, and deleting a checkpoint deletes its ``.metadata`` first, so that a half-deleted one is
+never taken for committed. Moving a directory aside is a copy on S3, not atomic; it only ever moves a
+checkpoint that is already known to be broken or uncommitted.
+
+Only rank 0 calls the mutating functions. This module must not know about models or ranks.
 """
 
 from __future__ import annotations
@@ -29,12 +35,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import pathlib
 import re
-import shutil
 import uuid
 from collections.abc import Collection
 from typing import Any
+
+import pyarrow.fs as pafs
+
+from trainop_trainer import storage
+from trainop_trainer.storage import StoragePath
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +122,7 @@ class Manifest:
 class Checkpoint:
     """A committed checkpoint: its directory and its manifest."""
 
-    path: pathlib.Path
+    path: StoragePath
     manifest: Manifest
 
     @property
@@ -124,35 +135,37 @@ def step_dir_name(step: int) -> str:
 
 
 class CheckpointStore:
-    """The ``checkpoints/`` directory of one run."""
+    """The ``checkpoints/`` directory of one run, on the volume or in a bucket."""
 
-    def __init__(self, root: pathlib.Path) -> None:
-        self.root = root
+    def __init__(self, root: str | os.PathLike[str] | StoragePath) -> None:
+        self.root = storage.at(root)
 
-    def step_path(self, step: int) -> pathlib.Path:
+    def step_path(self, step: int) -> StoragePath:
         return self.root / step_dir_name(step)
 
-    def step_dirs(self) -> list[tuple[int, pathlib.Path]]:
+    def _listing(self) -> dict[str, pafs.FileInfo]:
+        return {info.base_name: info for info in self.root.iterdir()}
+
+    def step_dirs(self) -> list[tuple[int, StoragePath]]:
         """``(step, path)`` of every ``step_<N>`` directory, committed or not, newest first."""
-        if not self.root.is_dir():
-            return []
         found = []
-        for entry in self.root.iterdir():
-            match = _STEP_DIR.match(entry.name)
-            if match and entry.is_dir():
-                found.append((int(match.group(1)), entry))
-        return sorted(found, reverse=True)
+        for name, info in self._listing().items():
+            match = _STEP_DIR.match(name)
+            if match and info.type == pafs.FileType.Directory:
+                found.append((int(match.group(1)), self.root / name))
+        return sorted(found, key=lambda entry: entry[0], reverse=True)
 
     @staticmethod
-    def is_committed(path: pathlib.Path) -> bool:
+    def is_committed(path: StoragePath) -> bool:
         """Format 2: DCP's metadata is there. Format 1: its manifest is there (written last, then renamed)."""
         if (path / DCP_METADATA).is_file():
             return True
-        manifest = path / MANIFEST
-        if not manifest.is_file():
+        try:
+            manifest = (path / MANIFEST).read_text()
+        except FileNotFoundError:
             return False
         try:
-            return bool(json.loads(manifest.read_text()).get("format") == LEGACY_FORMAT_VERSION)
+            return bool(json.loads(manifest).get("format") == LEGACY_FORMAT_VERSION)
         except ValueError:
             return False
 
@@ -160,71 +173,83 @@ class CheckpointStore:
         return [step for step, path in self.step_dirs() if self.is_committed(path)]
 
     # ----------------------------------------------------------------------------------------- writing
-    def prepare(self, manifest: Manifest) -> pathlib.Path:
+    def prepare(self, manifest: Manifest) -> StoragePath:
         """Rank 0, before a save: an empty ``step_<N>`` holding only the manifest. A directory left there
-        (an interrupted write, or the same step written before a resume from an older checkpoint) is moved
-        aside and deleted first, so that a stale ``.metadata`` can never commit new data."""
+        (an interrupted write, or the same step written before a resume from an older checkpoint) is deleted
+        first, its commit marker before anything else, so that a stale ``.metadata`` can never commit new
+        data (on the volume it is moved aside in one rename, then deleted)."""
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.step_path(manifest.step)
         if path.exists():
-            old = self.root / f".old-{path.name}-{uuid.uuid4().hex[:12]}"
-            path.rename(old)
-            shutil.rmtree(old, ignore_errors=True)
+            if path.is_local:
+                old = self.root / f".old-{path.name}-{uuid.uuid4().hex[:12]}"
+                path.move_tree(old)
+                old.delete_tree()
+            else:
+                self.delete(path)
         # Other ranks' DCP writers may create the directory too (before any of them writes data).
         path.mkdir(exist_ok=True)
-        tmp = path / (MANIFEST + ".tmp")
-        tmp.write_text(manifest.to_json())
-        tmp.rename(path / MANIFEST)
+        (path / MANIFEST).write_text(manifest.to_json())
         return path
 
-    def prune(self, *, keep_last: int, keep: Collection[pathlib.Path] = ()) -> list[pathlib.Path]:
+    def delete(self, path: StoragePath) -> None:
+        """Delete a checkpoint directory, its commit marker first."""
+        (path / DCP_METADATA).unlink(missing_ok=True)
+        path.delete_tree()
+
+    def prune(self, *, keep_last: int, keep: Collection[StoragePath] = ()) -> list[StoragePath]:
         """Delete all but the ``keep_last`` newest committed checkpoints, and never those in ``keep`` (the
         Checkpointer's retention decides which, e.g. the best one); returns what was deleted."""
+        spared = {str(path) for path in keep}  # by location: same path string on the same store
         committed = [path for _, path in self.step_dirs() if self.is_committed(path)]
         removed = []
         for path in committed[keep_last:]:
-            if path in keep:
+            if str(path) in spared:
                 continue
-            shutil.rmtree(path, ignore_errors=True)
+            self.delete(path)
             removed.append(path)
         return removed
 
     def remove_stale(self) -> None:
         """Leftovers of a writer that died: ``.old-*``/``.tmp-*`` directories and uncommitted step dirs.
         Call only when no save is in flight (a new worker group, before its first save)."""
-        if not self.root.is_dir():
-            return
-        for entry in self.root.iterdir():
-            if entry.name.startswith((".tmp-", ".old-")):
-                shutil.rmtree(entry, ignore_errors=True)
+        for name, info in self._listing().items():
+            if name.startswith((".tmp-", ".old-")) and info.type == pafs.FileType.Directory:
+                (self.root / name).delete_tree()
         for _, path in self.step_dirs():
             if not self.is_committed(path):
                 log.warning("removing %s: an interrupted checkpoint write (no %s)", path, DCP_METADATA)
-                shutil.rmtree(path, ignore_errors=True)
+                path.delete_tree()
 
-    def quarantine(self, path: pathlib.Path) -> pathlib.Path:
+    def quarantine(self, path: StoragePath) -> StoragePath:
         """Move a broken checkpoint aside (kept for a look, never picked again)."""
-        target = path.with_name(f"{path.name}.corrupt")
+        target = path.parent / f"{path.name}.corrupt"
         if target.exists():
-            target = path.with_name(f"{path.name}.corrupt-{uuid.uuid4().hex[:8]}")
-        path.rename(target)
+            target = path.parent / f"{path.name}.corrupt-{uuid.uuid4().hex[:8]}"
+        if not path.is_local:
+            (path / DCP_METADATA).unlink(missing_ok=True)  # not committed any more, even if the copy stops
+        path.move_tree(target)
         log.warning("moved %s aside to %s", path.name, target.name)
         return target
 
     # ----------------------------------------------------------------------------------------- reading
-    def validate(self, path: pathlib.Path) -> Manifest:
+    def validate(self, path: str | os.PathLike[str] | StoragePath) -> Manifest:
         """The manifest of a complete checkpoint directory; ``CheckpointError`` (saying why) otherwise."""
-        manifest_path = path / MANIFEST
-        if not manifest_path.is_file():
-            raise CheckpointError("no manifest.json (an interrupted or foreign write)")
+        path = storage.at(path)
         try:
-            manifest = Manifest.from_json(manifest_path.read_text())
+            text = (path / MANIFEST).read_text()
+        except FileNotFoundError:
+            raise CheckpointError("no manifest.json (an interrupted or foreign write)") from None
+        except OSError as exc:  # e.g. S3: the object's checksum no longer matches its bytes
+            raise CheckpointError(f"unreadable manifest.json ({exc})") from None
+        try:
+            manifest = Manifest.from_json(text)
         except (ValueError, KeyError, TypeError) as exc:
             raise CheckpointError(f"unreadable manifest.json ({exc})") from None
         if manifest.legacy:
             from trainop_trainer import checkpoint_legacy
 
-            checkpoint_legacy.verify(path, manifest)
+            checkpoint_legacy.verify(pathlib.Path(path.path), manifest)
             return manifest
         _validate_dcp(path)
         return manifest
@@ -244,21 +269,24 @@ class CheckpointStore:
         return None
 
 
-def _validate_dcp(path: pathlib.Path) -> None:
+def _validate_dcp(path: StoragePath) -> None:
     from torch.distributed.checkpoint.filesystem import FileSystemReader
 
+    from trainop_trainer import dcp_storage
+
     try:
-        metadata = FileSystemReader(str(path)).read_metadata()
+        reader = FileSystemReader(path.path) if path.is_local else dcp_storage.ArrowReader(path)
+        metadata = reader.read_metadata()
     except Exception as exc:
         raise CheckpointError(f"unreadable {DCP_METADATA} ({type(exc).__name__}: {exc})") from None
     needed: dict[str, int] = {}
     for info in (metadata.storage_data or {}).values():
         end = int(info.offset) + int(info.length)
         needed[info.relative_path] = max(end, needed.get(info.relative_path, 0))
+    sizes = {info.base_name: info.size for info in path.iterdir() if info.type == pafs.FileType.File}
     for name, end in sorted(needed.items()):
-        file = path / name
-        if not file.is_file():
+        if name not in sizes:
             raise CheckpointError(f"{name} is missing")
-        size = file.stat().st_size
+        size = int(sizes[name])
         if size < end:
             raise CheckpointError(f"{name} has {size} bytes, the metadata needs {end}")

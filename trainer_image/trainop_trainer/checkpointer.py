@@ -21,7 +21,7 @@ A training loop registers what a checkpoint is made of (``register("model", stat
 Retention (rank 0, after each commit): the ``keepLast`` newest committed checkpoints stay, and with
 ``checkpoint.keepBest`` also the best one by its evaluation metric (``save(evaluation=...)`` puts the
 evaluation into the manifest): it is never pruned, whatever its age, until a better one is committed. The
-best is found again from the manifests on the volume when a worker group starts, so restarts and new
+best is found again from the manifests in storage when a worker group starts, so restarts and new
 attempts keep it. Retention is decided here, not in the store (the store's ``prune`` only spares what it is
 told to keep), so another storage backend keeps the same rule.
 
@@ -40,6 +40,7 @@ import dataclasses
 import inspect
 import io
 import logging
+import os
 import pathlib
 import time
 from collections.abc import Callable, Mapping
@@ -52,8 +53,9 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
 
 from trainop.api import experiment
-from trainop_trainer import checkpoint_legacy, distributed, run_record, stateful
+from trainop_trainer import checkpoint_legacy, dcp_storage, distributed, run_record, stateful
 from trainop_trainer.checkpoint_store import Checkpoint, CheckpointError, CheckpointStore, Manifest
+from trainop_trainer.storage import StoragePath
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +90,7 @@ class Checkpointer:
     def __init__(
         self,
         *,
-        root: pathlib.Path,
+        root: str | os.PathLike[str] | StoragePath,
         ctx: distributed.WorkerContext,
         keep_last: int,
         record: run_record.RunRecord,
@@ -136,7 +138,7 @@ class Checkpointer:
         return value < current if self._keep_best.mode == experiment.BestMode.MIN else value > current
 
     def _find_best(self) -> Checkpoint | None:
-        """The best committed checkpoint on the volume (a restart or a new attempt finds it again)."""
+        """The best committed checkpoint in storage (a restart or a new attempt finds it again)."""
         if self._keep_best is None:
             return None
         best: Checkpoint | None = None
@@ -266,7 +268,7 @@ class Checkpointer:
             options["async_stager"] = self._stager(async_staging)
         if self._group is None:
             options["no_dist"] = True
-        response: Any = dcp_async_save(self._state_to_save(), checkpoint_id=str(path), **options)
+        response: Any = dcp_async_save(self._state_to_save(), **_where(path, writing=True), **options)
         staging: concurrent.futures.Future[Any] | None = getattr(response, "staging_completion", None)
         upload: concurrent.futures.Future[Any] = getattr(response, "upload_completion", response)
         committed = self._committer.submit(self._commit, upload, manifest, path, started)
@@ -300,7 +302,7 @@ class Checkpointer:
             log.info("checkpoint step %d: %.3fs on the training thread", flight.step, flight.stall)
 
     def _commit(
-        self, upload: concurrent.futures.Future[Any], manifest: Manifest, path: pathlib.Path, started: float
+        self, upload: concurrent.futures.Future[Any], manifest: Manifest, path: StoragePath, started: float
     ) -> Checkpoint:
         upload.result()  # every rank's data written, rank 0 wrote .metadata: committed
         seconds = time.perf_counter() - started
@@ -391,10 +393,10 @@ class Checkpointer:
             self._record.resumed(step=manifest.step, path=str(path))
         return saved
 
-    def _load_parts(self, path: pathlib.Path, manifest: Manifest) -> None:
+    def _load_parts(self, path: StoragePath, manifest: Manifest) -> None:
         rank = self._ctx.rank
-        if manifest.legacy:
-            checkpoint_legacy.load_into(self._parts, path, manifest, rank=rank)
+        if manifest.legacy:  # format 1 only ever existed on volumes
+            checkpoint_legacy.load_into(self._parts, pathlib.Path(path.path), manifest, rank=rank)
             return
         templated: dict[str, Any] = {}
         template_free: dict[str, stateful.Part] = {}
@@ -417,13 +419,16 @@ class Checkpointer:
                 )
         if templated:
             dcp_load(
-                templated, checkpoint_id=str(path), process_group=self._group, no_dist=self._group is None
+                templated,
+                **_where(path, writing=False),
+                process_group=self._group,
+                no_dist=self._group is None,
             )
         if template_free:
             from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
 
             loaded = _load_state_dict_from_keys(
-                keys=set(template_free), checkpoint_id=str(path), process_group=self._group
+                keys=set(template_free), **_where(path, writing=False), process_group=self._group
             )
             for name, part in template_free.items():
                 part.load_state_dict(loaded.get(name) or {"tree": _empty_tree()})
@@ -436,6 +441,16 @@ class Checkpointer:
             self._committer.shutdown(wait=True)
             for stager in self._stagers.values():
                 stager.close()
+
+
+def _where(path: StoragePath, *, writing: bool) -> dict[str, Any]:
+    """DCP's arguments for a checkpoint directory: its path on the volume (DCP's own file writer and reader,
+    with fsync), or a pyarrow-backed writer or reader for a bucket (``dcp_storage``)."""
+    if path.is_local:
+        return {"checkpoint_id": path.path}
+    if writing:
+        return {"storage_writer": dcp_storage.ArrowWriter(path)}
+    return {"storage_reader": dcp_storage.ArrowReader(path)}
 
 
 def _reusable(stager: Any) -> bool:

@@ -6,9 +6,10 @@ reads it and derives, as pure functions with no torch or ray import:
 - ``scaling_for(spec)``: the Ray Train worker layout. One Ray Train worker (one DDP rank) per GPU, so
   ``num_workers = replicas * gpusPerWorker`` on GPUs and ``replicas`` on CPU; each worker asks for one GPU
   and its share of the pod's CPUs.
-- ``paths_for(config)``: where a run keeps its files on the checkpoint volume. Everything lives under
-  ``<storagePath>/<runName>/``, the directory Ray Train itself uses for the run, so a new attempt with the
-  same run name and storage path finds the previous attempts' checkpoints.
+- ``paths_for(config)``: where a run keeps its files, on the checkpoint volume or in an S3 bucket
+  (``storagePath`` ``s3://bucket/prefix``, reached as ``spec.checkpoint.storage.s3`` says). Everything lives
+  under ``<storagePath>/<runName>/``, the directory Ray Train itself uses for the run, so a new attempt with
+  the same run name and storage path finds the previous attempts' checkpoints.
 - ``LaunchSettings``: what the driver hands every worker (the config, the launch id, test knobs).
 
 It must not import torch or ray: the driver validates and plans before anything heavy loads.
@@ -19,10 +20,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import pathlib
 from typing import Any
 
 from trainop.api import resources, trainer_config, trainingjob
+from trainop_trainer import storage
 
 # Kill one worker (os._exit) once: at this step if a checkpoint exists by then, else right after the first
 # checkpoint after it (``runtime.Runtime.maybe_inject_failure``, every workload alike): the demo and the
@@ -69,42 +70,58 @@ def scaling_for(spec: trainingjob.TrainingJobSpec) -> Scaling:
 
 @dataclasses.dataclass(frozen=True)
 class RunPaths:
-    """Files of one run on the checkpoint volume (shared by every attempt of the job)."""
+    """Files of one run (shared by every attempt of the job): a ``pathlib.Path`` on the checkpoint volume,
+    or a ``storage.StoragePath`` in a bucket, which offers the same small part of pathlib's interface."""
 
-    run_dir: pathlib.Path
+    run_dir: storage.RunDir
 
     @property
-    def checkpoints(self) -> pathlib.Path:
+    def checkpoints(self) -> storage.RunDir:
         return self.run_dir / "checkpoints"
 
     @property
-    def status_file(self) -> pathlib.Path:
+    def status_file(self) -> storage.RunDir:
         """The status records as the CR would carry them (local mode and runs without a status target)."""
         return self.run_dir / "status.json"
 
     @property
-    def stop_file(self) -> pathlib.Path:
+    def stop_file(self) -> storage.RunDir:
         """Created by a driver that received SIGTERM: workers checkpoint and return at the next step."""
         return self.run_dir / "trainop" / "stop-requested"
 
     @property
-    def events_file(self) -> pathlib.Path:
+    def events_file(self) -> storage.RunDir:
         """JSON lines written by rank 0: ``start`` per worker-group start (restarts = starts of a launch - 1)
         and ``resume`` with the checkpoint step it resumed from."""
         return self.run_dir / "trainop" / "events.jsonl"
 
     @property
-    def batch_size_file(self) -> pathlib.Path:
+    def batch_size_file(self) -> storage.RunDir:
         """The batch size the finder chose for this run (``batchSizePerWorker: auto``), reused on resume."""
         return self.run_dir / "trainop" / "batch-size.json"
 
     @property
-    def injected_failure_marker(self) -> pathlib.Path:
+    def injected_failure_marker(self) -> storage.RunDir:
         return self.run_dir / "trainop" / "injected-failure"
+
+    @property
+    def outcome_file(self) -> storage.RunDir:
+        """How the launch ended (completed / stopped / preempted), written by rank 0, read by the driver."""
+        return self.run_dir / "trainop" / "outcome.json"
+
+    @property
+    def on_object_storage(self) -> bool:
+        return isinstance(self.run_dir, storage.StoragePath)
 
 
 def paths_for(config: trainer_config.TrainerConfig) -> RunPaths:
-    return RunPaths(run_dir=pathlib.Path(config.storage_path) / config.run_name)
+    """The run's directory: ``<storagePath>/<runName>`` on the volume, or in the bucket of
+    ``spec.checkpoint.storage.s3`` when ``storagePath`` is ``s3://...`` (connected with the credentials of
+    this container's environment)."""
+    root = storage.for_uri(
+        config.storage_path, bucket=config.spec.checkpoint.storage.s3, use=trainer_config.S3_CHECKPOINT
+    )
+    return RunPaths(run_dir=root / config.run_name)
 
 
 @dataclasses.dataclass(frozen=True)

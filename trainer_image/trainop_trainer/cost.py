@@ -1,6 +1,6 @@
 """What a job costs: GPU-hours, an estimated price, and the GPU time spent not training.
 
-Two clocks, kept per launch (one driver process: an attempt) in a ledger on the volume
+Two clocks, kept per launch (one driver process: an attempt) in a ledger beside the checkpoints
 (``<run>/trainop/cost.json``), so that every attempt adds to the same account:
 
 - **allocated**: from the driver's start (``LaunchSettings.started_at``: the RayJob's entrypoint starts once
@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import json
 import logging
-import pathlib
 import time
 
 from trainop.api import experiment, trainer_config
+from trainop_trainer import storage
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def cost_status(
 class CostLedger:
     """Rank 0's account of one run: every launch's allocated and training seconds, on the volume."""
 
-    def __init__(self, *, path: pathlib.Path, launch_id: str, started_at: float) -> None:
+    def __init__(self, *, path: storage.RunDir, launch_id: str, started_at: float) -> None:
         self.path = path
         self.launch_id = launch_id
         self.started_at = started_at
@@ -100,9 +100,7 @@ class CostLedger:
             "startedAt": self.started_at,
         }
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            tmp.write_text(json.dumps({"launches": self._launches}, indent=2, sort_keys=True))
-            tmp.replace(self.path)
+            # Whole or not at all: a renamed temp file on the volume, one PUT in a bucket.
+            storage.write_text(self.path, json.dumps({"launches": self._launches}, indent=2, sort_keys=True))
         except OSError as exc:
             log.warning("cost ledger %s not written (%s); status.cost may undercount", self.path, exc)

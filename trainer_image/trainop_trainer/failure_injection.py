@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import logging
 import os
-import pathlib
 import sys
 from typing import Protocol
 
-from trainop_trainer import distributed
+from trainop_trainer import distributed, storage
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +40,7 @@ class FailureInjector:
         at_step: int | None,
         ctx: distributed.WorkerContext,
         control: distributed.ControlChannel,
-        marker: pathlib.Path,
+        marker: storage.RunDir,
         checkpoints: CommittedCheckpoints,
     ) -> None:
         self._at_step = at_step
@@ -65,8 +64,7 @@ class FailureInjector:
                 verdict = "done"
             elif newest is not None:
                 verdict = "kill"
-                self._marker.parent.mkdir(parents=True, exist_ok=True)
-                self._marker.write_text(f"killed rank {self._ctx.world_size - 1} at step {step}\n")
+                storage.write_text(self._marker, f"killed rank {self._ctx.world_size - 1} at step {step}\n")
         verdict, newest = self._control.broadcast_object((verdict, newest))
         if verdict == "wait":
             return

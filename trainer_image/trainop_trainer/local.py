@@ -32,6 +32,7 @@ import yaml
 
 from trainop.api import manifest, trainer_config, trainingjob
 from trainop_trainer import config as config_module
+from trainop_trainer import storage
 
 R = TypeVar("R", bound=manifest.Resource)
 
@@ -90,6 +91,9 @@ def plan_local(
             update={"replicas": n, "gpus_per_worker": 0, "cpus_per_worker": 1.0}
         )
         gpus = 0
+    if spec.checkpoint.storage.s3 is not None:
+        bucket = trainer_config.s3_uri(spec.checkpoint.storage.s3)
+        notes.append(f"checkpoints stay in the local state directory; {bucket} is used in a cluster")
     local_spec = spec.model_copy(update={"workers": new_workers, "precision": precision})
     # One logical CPU per worker plus headroom: Ray Train's controller and helpers must never wait for a CPU.
     logical = max(n + 4, cpu_count)
@@ -100,7 +104,7 @@ def plan_local(
 class ProgressLine:
     """Draws rank 0's status.json as one live line; announces worker-group restarts."""
 
-    def __init__(self, status_file: pathlib.Path, events_file: pathlib.Path, out: TextIO) -> None:
+    def __init__(self, status_file: storage.RunDir, events_file: storage.RunDir, out: TextIO) -> None:
         self.status_file = status_file
         self.events_file = events_file
         self.out = out
@@ -187,7 +191,7 @@ def final_status(
     *,
     result_outcome: str,
     error: str | None,
-    status_file: pathlib.Path,
+    status_file: storage.RunDir,
     plan: LocalPlan,
     start_time: str,
 ) -> trainingjob.TrainingJobStatus:
@@ -301,20 +305,20 @@ def _run_job(
     verbose: bool,
     out: TextIO,
 ) -> int:
-    from trainop_trainer import preempt, ray_train, user
+    from trainop_trainer import data_source, preempt, ray_train, user
     from trainop_trainer.logs import configure_logging
 
     name = job.metadata.name
     plan = plan_local(job.spec, workers=workers, cpu_count=os.cpu_count() or 1, gpu_count=_local_gpus())
-    storage = pathlib.Path(state_dir).resolve()
-    run_dir = storage / name
+    state = pathlib.Path(state_dir).resolve()
+    run_dir = state / name
     if fresh and run_dir.exists():
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     config = trainer_config.TrainerConfig(
         job_name=name,
         run_name=name,
-        storage_path=str(storage),
+        storage_path=str(state),
         attempt=1,
         spec=plan.spec,
         status_target=None,
@@ -328,6 +332,15 @@ def _run_job(
         if workload.ray_train is not None:
             user.resolve(workload.ray_train, field_name="spec.workload.rayTrain")
     except user.EntrypointError as exc:
+        print(f"trainop: error: {exc}", file=sys.stderr)
+        return 2
+    data = job.spec.data
+    if data is not None and data.s3 is not None and not os.environ.get(trainer_config.DATA_DIR_ENV):
+        # Ray's local workers get it (ray_train forwards it); the bucket is copied there once.
+        os.environ[trainer_config.DATA_DIR_ENV] = str(run_dir / "data")
+    try:
+        data_source.data_dir(job.spec)
+    except data_source.DataSourceError as exc:
         print(f"trainop: error: {exc}", file=sys.stderr)
         return 2
     print(f"trainop: running TrainingJob {name} locally; state in {run_dir}", file=out)

@@ -31,6 +31,7 @@ import time
 from types import FrameType
 
 from trainop_trainer import config as config_module
+from trainop_trainer import storage
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,7 @@ def reset() -> None:
     _signalled_at.clear()
 
 
-def install_driver_handler(stop_file: pathlib.Path, *, grace_s: float) -> None:
+def install_driver_handler(stop_file: storage.RunDir, *, grace_s: float) -> None:
     """On SIGTERM/SIGINT in a driver: ask the workers to checkpoint and stop (``stop_file``), and exit 0
     after ``grace_s`` seconds if they have not finished by then. Call from the main thread, after
     ``ray.init`` (which installs its own SIGTERM handler)."""
@@ -92,8 +93,7 @@ def install_driver_handler(stop_file: pathlib.Path, *, grace_s: float) -> None:
             return
         _requested.set()
         _signalled_at.append(time.time())
-        stop_file.parent.mkdir(parents=True, exist_ok=True)
-        stop_file.write_text(f"signal {signum} at {time.time()}\n")
+        storage.write_text(stop_file, f"signal {signum} at {time.time()}\n")
         os.write(2, f"trainop: received signal {signum}; asking workers to checkpoint and stop\n".encode())
 
         def force_exit() -> None:

@@ -27,6 +27,7 @@ import json
 import logging
 import pathlib
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -35,7 +36,7 @@ import torch
 import torch.distributed as dist
 
 from trainop.api import experiment
-from trainop_trainer import distributed, requests, run_record
+from trainop_trainer import distributed, requests, run_record, storage
 from trainop_trainer.status import StatusReporter
 from trainop_trainer.step_schedule import Decision
 
@@ -127,6 +128,19 @@ def communication_report(
 
 
 # --------------------------------------------------------------------------------------- the profiler
+def _export_trace(profile: Any, target: storage.RunDir) -> None:
+    """One rank's Chrome trace at ``target``: written there on the volume; in a bucket written to a local
+    file first (the profiler writes only to files) and uploaded whole."""
+    if isinstance(target, pathlib.Path):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        profile.export_chrome_trace(str(target))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        local = pathlib.Path(tmp) / target.name
+        profile.export_chrome_trace(str(local))
+        target.write_bytes(local.read_bytes())
+
+
 class Profiler:
     """One per worker; acts on the step schedule's profile and communication decisions."""
 
@@ -135,7 +149,7 @@ class Profiler:
         *,
         ctx: distributed.WorkerContext,
         control: distributed.ControlChannel,
-        profiles_dir: pathlib.Path,
+        profiles_dir: storage.RunDir,
         watcher: requests.RequestWatcher | None,
         status: StatusReporter | None,
         emit_event: EventFn | None = None,
@@ -149,7 +163,7 @@ class Profiler:
         self._profile: Any = None
         self._start_step = 0
         self._end_step = 0
-        self._dir: pathlib.Path | None = None
+        self._dir: storage.RunDir | None = None
 
     @property
     def recording(self) -> bool:
@@ -242,8 +256,7 @@ class Profiler:
         error = ""
         try:
             profile.stop()
-            self._dir.mkdir(parents=True, exist_ok=True)
-            profile.export_chrome_trace(str(self._dir / f"rank{self.ctx.rank}.trace.json"))
+            _export_trace(profile, self._dir / f"rank{self.ctx.rank}.trace.json")
         except Exception as exc:
             error = f"rank {self.ctx.rank}: {type(exc).__name__}: {exc}"
             log.warning("profile trace not written: %s", error)

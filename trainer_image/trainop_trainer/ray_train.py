@@ -2,8 +2,11 @@
 
 Driver (``run``): ``ScalingConfig`` from ``config.scaling_for`` (one worker per GPU),
 ``RunConfig(name=runName, storage_path=storagePath, failure_config=FailureConfig(max_failures=...))`` with
-``spec.failurePolicy.maxWorkerFailures``. Failures inside an attempt are Ray Train's: it restarts the
-worker group, and the workers resume from the newest valid checkpoint in
+``spec.failurePolicy.maxWorkerFailures``; with checkpoints in a bucket, ``storage_path`` is ``bucket/prefix``
+on a pyarrow ``S3FileSystem`` (``storage_filesystem``), so Ray Train's own files go where the checkpoints go
+and no Ray node needs a shared volume (``__main__`` first runs ``check_storage``: a test object written
+where the checkpoints go, the verdict reported as ``status.storage``). Failures inside an attempt are Ray
+Train's: it restarts the worker group, and the workers resume from the newest valid checkpoint in
 ``<storagePath>/<runName>/checkpoints``. A new attempt is a new ``TorchTrainer`` with the same name and
 storage path; it finds the same checkpoints (``checkpoint.py`` says why Ray's own registry is not used).
 
@@ -14,10 +17,11 @@ Worker (``train_loop_per_worker``): read the launch settings, start the ``Runtim
   ``WorkerPreempted`` so Ray Train restarts the group from that checkpoint.
 
 Environment for the workers (``RunConfig.worker_runtime_env``): the NCCL profile's variables when the profile
-is explicit (``auto`` is resolved on each node by the worker), ``PYTHONPATH``, ``TRAINOP_PID_DIR`` and the
-benchmark knobs (``config.BENCH_ENV``) of the driver if set, so user packages, the preStop hook and the GPU
-benchmark work the same way locally. Every Ray worker process of the job runs ``logs.ray_worker_setup``
-(Ray's ``worker_process_setup_hook``).
+is explicit (``auto`` is resolved on each node by the worker), ``PYTHONPATH``, ``TRAINOP_PID_DIR``,
+``TRAINOP_DATA_DIR`` and the benchmark knobs (``config.BENCH_ENV``) of the driver if set, so user packages,
+the preStop hook, spec.data and the GPU benchmark work the same way locally. Never the bucket credentials: a
+runtime env is visible on Ray's dashboard; every Ray container has them from the Secret. Every Ray worker
+process of the job runs ``logs.ray_worker_setup`` (Ray's ``worker_process_setup_hook``).
 """
 
 from __future__ import annotations
@@ -34,11 +38,16 @@ from typing import Any
 
 from trainop.api import trainer_config
 from trainop_trainer import config as config_module
-from trainop_trainer import nccl
+from trainop_trainer import nccl, storage
 
 log = logging.getLogger(__name__)
 
-_FORWARDED_ENV = ("PYTHONPATH", config_module.PID_DIR_ENV, *config_module.BENCH_ENV)
+_FORWARDED_ENV = (
+    "PYTHONPATH",
+    config_module.PID_DIR_ENV,
+    trainer_config.DATA_DIR_ENV,
+    *config_module.BENCH_ENV,
+)
 # Where Ray (2.60) says, on every start of a local Ray, that it turned token authentication on.
 _TOKEN_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
 _TOKEN_NOTICE = "Token authentication is enabled for this Ray cluster"
@@ -113,6 +122,34 @@ class RunResult:
         return 1 if self.outcome == "failed" else 0
 
 
+def check_storage(config: trainer_config.TrainerConfig) -> storage.StorageError | None:
+    """Before any worker starts: can this container write where the run's checkpoints go? A test object is
+    written, read back and deleted under ``<storagePath>/<runName>``; the verdict goes to
+    ``status.storage`` (when the config names a status target) and the log. Returns the problem, if any
+    (a missing credentials Secret, a missing bucket, refused keys, an unreachable endpoint)."""
+    from trainop_trainer.status import KubernetesSink, StatusReporter
+
+    location = f"{config.storage_path.rstrip('/')}/{config.run_name}"
+    problem: storage.StorageError | None = None
+    try:
+        storage.check_writable(config_module.paths_for(config).run_dir)
+    except storage.StorageError as exc:
+        problem = exc
+    if problem is None:
+        reason, message = "Writable", f"{location} is writable: a test object was written, read and deleted."
+        log.info("checkpoint storage: %s", message)
+    else:
+        reason, message = problem.reason, problem.message
+        log.error("checkpoint storage %s cannot be used: %s", location, message)
+    if config.status_target is not None:
+        reporter = StatusReporter([KubernetesSink(config.status_target)])
+        reporter.storage(
+            location=location, ready=problem is None, reason=reason, message=message, attempt=config.attempt
+        )
+        reporter.close()
+    return problem
+
+
 def worker_env(config: trainer_config.TrainerConfig) -> dict[str, str]:
     network = config.spec.network
     env = nccl.nccl_env(network.profile.value, network.nccl_env, None)
@@ -167,9 +204,8 @@ def ensure_ray(
 
 
 def _read_outcome(paths: config_module.RunPaths, launch_id: str) -> tuple[str, int | None]:
-    path = paths.run_dir / "trainop" / "outcome.json"
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(paths.outcome_file.read_text())
     except (OSError, ValueError):
         return "completed", None
     if data.get("launch") != launch_id:
@@ -198,6 +234,10 @@ def torch_trainer(
         inject_failure_at_step=inject_failure_at_step,
         started_at=time.time(),
     )
+    where: dict[str, Any] = {"storage_path": config.storage_path}
+    root = config_module.paths_for(config).run_dir.parent
+    if isinstance(root, storage.StoragePath):
+        where = {"storage_path": root.path, "storage_filesystem": root.fs}
     return TorchTrainer(
         train_loop_per_worker,
         train_loop_config=launch.to_dict(),
@@ -208,7 +248,7 @@ def torch_trainer(
         ),
         run_config=RunConfig(
             name=config.run_name,
-            storage_path=config.storage_path,
+            **where,
             failure_config=FailureConfig(max_failures=spec.failure_policy.max_worker_failures),
             worker_runtime_env={"env_vars": worker_env(config)},
             callbacks=list(callbacks),
@@ -225,8 +265,8 @@ def run(config: trainer_config.TrainerConfig, *, inject_failure_at_step: int | N
     spec = config.spec
     if spec.workload.entrypoint is not None:
         user.resolve(spec.workload.entrypoint)  # fail before any worker starts
-    storage_path = os.path.abspath(config.storage_path)
-    config = config.model_copy(update={"storage_path": storage_path})
+    if not storage.is_object_uri(config.storage_path):
+        config = config.model_copy(update={"storage_path": os.path.abspath(config.storage_path)})
     if spec.workload.ray_train is not None:
         from trainop_trainer import raytrain_function
 

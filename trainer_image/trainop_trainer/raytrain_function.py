@@ -311,7 +311,7 @@ def run(config: trainer_config.TrainerConfig, *, worker_env: dict[str, str]) -> 
         callback.finish(completed=outcome == "completed")
     except Exception:
         log.exception("closing the run's status and tracking failed")
-    paths.run_dir.joinpath("trainop").mkdir(parents=True, exist_ok=True)
+    (paths.run_dir / "trainop").mkdir(parents=True, exist_ok=True)
     (paths.run_dir / "trainop" / "outcome.json").write_text(
         json.dumps({"launch": launch.launch_id, "outcome": outcome, "step": None})
     )

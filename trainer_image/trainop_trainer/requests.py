@@ -24,11 +24,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import pathlib
 import threading
 from typing import Any
 
 from trainop.api import experiment, trainer_config
+from trainop_trainer import storage
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ class RequestWatcher:
     def __init__(
         self,
         *,
-        run_dir: pathlib.Path,
+        run_dir: storage.RunDir,
         target: trainer_config.StatusTarget | None,
         api: Any = None,
         poll_interval_s: float = POLL_INTERVAL_S,

@@ -1,4 +1,4 @@
-"""What rank 0 records about a run on the volume, beside the checkpoints (``<run>/trainop/``).
+"""What rank 0 records about a run beside the checkpoints (``<run>/trainop/``: volume or bucket).
 
 - ``events.jsonl``: one JSON line per worker-group ``start`` (with the launch id, attempt and world size) and
   per ``resume`` (the checkpoint step and path). Worker-group restarts inside one ``fit()`` are the starts of
@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 from trainop_trainer import config as config_module
+from trainop_trainer import storage
 
 
 def utc_now() -> str:
@@ -29,11 +30,8 @@ class RunRecord:
         self._is_rank0 = is_rank0
 
     def _event(self, event: str, **fields: Any) -> None:
-        path = self._paths.events_file
-        path.parent.mkdir(parents=True, exist_ok=True)
         record = {"event": event, "launch": self._launch_id, "time": utc_now(), **fields}
-        with path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
+        storage.append_line(self._paths.events_file, json.dumps(record))
 
     def started(self, *, attempt: int, world_size: int) -> int:
         """Record a worker-group start; returns how many restarts of this launch preceded it (rank 0)."""
@@ -54,6 +52,5 @@ class RunRecord:
     def outcome(self, outcome: str, step: int) -> None:
         if not self._is_rank0:
             return
-        path = self._paths.run_dir / "trainop" / "outcome.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"launch": self._launch_id, "outcome": outcome, "step": step}))
+        record = {"launch": self._launch_id, "outcome": outcome, "step": step}
+        storage.write_text(self._paths.outcome_file, json.dumps(record))

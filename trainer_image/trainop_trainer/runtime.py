@@ -1,22 +1,25 @@
 """One worker's runtime: the components a training loop uses, wired up in one place.
 
-``Runtime.start`` builds, in this order: the network environment (NCCL profile), the control channel, the
-metrics endpoint, PID registration and the SIGTERM handler, rank 0's status reporter, tracking (MLflow,
-TensorBoard), cost ledger and request watcher, the checkpointer (with this rank's RNG state registered and
-``keepBest``), the run record (worker-group restarts), the step schedule, the progress reports, the
-failure injector, the profiler, and runs the all-reduce probe. A training loop — the built-in
-``Trainer`` or a user's function through ``user.Context`` — then talks to the components directly:
+``Runtime.start`` builds, in this order: the data directory (``data_source``: spec.data, copied from its
+bucket when that is the source; a relative dataset path resolved into it), the network environment (NCCL
+profile), the control channel, the metrics endpoint, PID registration and the SIGTERM handler, rank 0's
+status reporter, tracking (MLflow, TensorBoard), cost ledger and request watcher, the checkpointer (with
+this rank's RNG state registered and ``keepBest``), the run record (worker-group restarts), the step
+schedule, the progress reports, the failure injector, the profiler, and runs the all-reduce probe. A
+training loop — the built-in ``Trainer`` or a user's function through ``user.Context`` — then talks to
+the components directly:
 
 - ``schedule`` (``step_schedule.StepSchedule``): ``poll(step)`` once per step -> the ``Decision`` every
   rank takes at that step (report, checkpoint, stop, preempt);
 - ``reports`` (``reporting.ProgressReports``): the shared report window and its publication;
 - ``checkpointer`` (``checkpointer.Checkpointer``): the loop registers its parts, then ``load`` / ``save``;
 - ``injector`` (``failure_injection.FailureInjector``): the kill-one-worker-once knob;
-- ``record`` (``run_record.RunRecord``): events and the outcome on the volume;
+- ``record`` (``run_record.RunRecord``): events and the outcome beside the checkpoints;
 - ``profiler`` (``profiling.Profiler``): ``after_step(step, decision)`` once per step, for profile windows
   and communication reports users ask for;
 - ``publish_evaluation(step, epoch, metrics)``: an evaluation's numbers to status, metrics and tracking;
-- ``finish(outcome, step)``: the outcome on the volume, the final checkpoint's reference, the last cost.
+- ``finish(outcome, step)``: the outcome beside the checkpoints, the final checkpoint's reference, the last
+  cost.
 
 Rank 0 also publishes ``status.cost`` (``cost.CostLedger``) and sends every report to the tracking
 backends (``tracking.Tracking``).
@@ -40,6 +43,7 @@ from trainop.api import experiment, trainer_config
 from trainop_trainer import config as config_module
 from trainop_trainer import (
     cost,
+    data_source,
     distributed,
     metrics,
     preempt,
@@ -93,6 +97,7 @@ class Runtime:
         self.worker_restarts = 0
         self.network_profile = self.spec.network.profile.value
         self.metrics_port: int | None = None
+        self.data_dir: pathlib.Path | None = None
         self._pid_file: pathlib.Path | None = None
         self.tracking: tracking.Tracking | None = None  # rank 0
         self.cost: cost.CostLedger | None = None  # rank 0
@@ -116,6 +121,8 @@ class Runtime:
         return runtime
 
     def _start(self) -> None:
+        self.data_dir = data_source.prepare(self.spec)
+        self.spec = data_source.with_data_dir(self.spec, self.data_dir)
         ctx, spec = self.ctx, self.spec
         plan = distributed.apply_network(spec.network, multi_node=ctx.multi_node)
         self.network_profile = plan.resolved
@@ -315,6 +322,7 @@ class Runtime:
     # --------------------------------------------------------------------------------------- shutdown
     def close(self) -> None:
         self.control.drain()
+        self.schedule.close()
         try:
             self.profiler.close(self.reports.last_step)
             self.checkpointer.close()

@@ -1,14 +1,15 @@
-"""Rank 0's status records -> the CR's status subresource and a JSON file.
+"""Rank 0's status records (and the driver's storage check) -> the CR's status subresource and a JSON file.
 
 The records are built from the API's own models (``Progress``, ``CheckpointStatus``, ``NetworkStatus``,
-and ``trainop.api.experiment``'s ``EvaluationStatus``, ``ProfileStatus``, ``CommunicationStatus``,
-``CostStatus``, ``TrackingStatus``) and serialised with their camelCase wire names, so the trainer cannot
-drift from the CRD. Only the trainer's subtrees (``TRAINER_FIELDS``) are ever written (JSON merge patches
-of those subtrees): the operator owns every other status field.
+``StorageStatus``, and ``trainop.api.experiment``'s ``EvaluationStatus``, ``ProfileStatus``,
+``CommunicationStatus``, ``CostStatus``, ``TrackingStatus``) and serialised with their camelCase wire names,
+so the trainer cannot drift from the CRD. Only the trainer's subtrees (``TRAINER_FIELDS``) are ever written
+(JSON merge patches of those subtrees; ``status.storage`` by the driver, once per attempt, before any
+worker starts; the others by rank 0): the operator owns every other status field.
 
 Sinks:
 - ``FileSink``: ``<runDir>/status.json``, always (local mode's driver renders it; on a cluster it is a handy
-  copy on the volume).
+  copy on the volume or in the bucket).
 - ``KubernetesSink``: when the config names a ``statusTarget``. Patches are sent by a background thread,
   latest record wins, so the train loop never waits on the API server. A failed patch is logged and retried
   with exponential backoff (1 s doubling to 60 s); records keep merging meanwhile, nothing crashes.
@@ -31,7 +32,7 @@ import time
 from typing import Any, Protocol
 
 from trainop.api import base, experiment, trainer_config, trainingjob
-from trainop_trainer import run_record
+from trainop_trainer import run_record, storage
 from trainop_trainer.checkpoint_store import Checkpoint
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ TRAINER_FIELDS = (
     "communication",
     "cost",
     "tracking",
+    "storage",
 )
 _MAX_BACKOFF_S = 60.0
 
@@ -63,28 +65,54 @@ def _merge(into: dict[str, Any], records: dict[str, Any]) -> None:
 
 
 class FileSink:
-    """The merged records as ``status.json`` (written atomically: temp file + rename)."""
+    """The merged records as ``status.json``, written whole (``storage.write_text``). On the volume the write
+    happens in ``publish``; in a bucket a background thread writes the latest state (an S3 PUT is too slow
+    for the training thread), and ``close`` writes what is still pending."""
 
-    def __init__(self, path: pathlib.Path) -> None:
+    def __init__(self, path: storage.RunDir) -> None:
         self.path = path
         self._state: dict[str, Any] = {}
         self._lock = threading.Lock()
-        if path.is_file():
-            try:
-                self._state = json.loads(path.read_text())
-            except ValueError:
-                self._state = {}
+        try:
+            self._state = json.loads(path.read_text())
+        except (OSError, ValueError):
+            self._state = {}
+        self._dirty = threading.Event()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        if isinstance(path, storage.StoragePath):
+            self._thread = threading.Thread(target=self._write_behind, name="status-file", daemon=True)
+            self._thread.start()
 
     def publish(self, records: dict[str, Any]) -> None:
         with self._lock:
             _merge(self._state, records)
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(self.path.name + f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps(self._state, indent=2, sort_keys=True))
-            tmp.replace(self.path)
+            if self._thread is not None:
+                self._dirty.set()
+                return
+            storage.write_text(self.path, json.dumps(self._state, indent=2, sort_keys=True))
+
+    def _write_behind(self) -> None:
+        while True:
+            self._dirty.wait()
+            with self._lock:
+                self._dirty.clear()
+                text = json.dumps(self._state, indent=2, sort_keys=True)
+                closed = self._closed
+            try:
+                storage.write_text(self.path, text)
+            except Exception as exc:
+                log.warning("writing %s failed (%s); the next record tries again", self.path, exc)
+            if closed:
+                return
 
     def close(self, timeout_s: float) -> None:
-        return None
+        if self._thread is None:
+            return
+        with self._lock:
+            self._closed = True
+            self._dirty.set()
+        self._thread.join(timeout_s)
 
 
 def _kube_api() -> Any:
@@ -244,7 +272,9 @@ class StatusReporter:
         self.sinks = sinks
 
     @classmethod
-    def for_config(cls, config: trainer_config.TrainerConfig, *, status_file: pathlib.Path) -> StatusReporter:
+    def for_config(
+        cls, config: trainer_config.TrainerConfig, *, status_file: storage.RunDir
+    ) -> StatusReporter:
         sinks: list[Sink] = [FileSink(status_file)]
         if config.status_target is not None:
             sinks.append(KubernetesSink(config.status_target))
@@ -325,6 +355,18 @@ class StatusReporter:
             measured=run_record.utc_now(),
         )
         self._publish({"network": record.to_wire()})
+
+    def storage(self, *, location: str, ready: bool, reason: str, message: str, attempt: int) -> None:
+        """The driver's start-up check of the checkpoint storage (``status.storage``)."""
+        record = trainingjob.StorageStatus(
+            location=location,
+            ready=ready,
+            reason=reason,
+            message=message,
+            attempt=attempt,
+            checked=run_record.utc_now(),
+        )
+        self._publish({"storage": record.to_wire()})
 
     def close(self, timeout_s: float = 10.0) -> None:
         deadline = time.monotonic() + timeout_s

@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import logging
 import os
-import pathlib
+import threading
 import time
 from typing import Protocol
 
 from trainop.api import trainingjob
-from trainop_trainer import distributed, preempt, switches
+from trainop_trainer import distributed, preempt, storage, switches
+
+log = logging.getLogger(__name__)
 
 # ray.train.report is a barrier and, in Ray 2.60, blocks while the controller (polling every 2 s) has not
 # consumed the previous report: so status and metrics follow spec.reporting, Ray reports at most this often.
@@ -83,7 +86,7 @@ class StepSchedule:
         spec: trainingjob.TrainingJobSpec,
         control: distributed.ControlChannel,
         is_rank0: bool,
-        stop_file: pathlib.Path,
+        stop_file: storage.RunDir,
         ray_report_interval_s: float | None,
         requests: RequestSource | None = None,
     ) -> None:
@@ -100,7 +103,25 @@ class StepSchedule:
         self._stop_file = stop_file
         self._last_stop_file_check = 0.0
         self._stop_file_seen = False
+        self._closed = threading.Event()
+        self._stop_watch: threading.Thread | None = None
+        if is_rank0 and isinstance(stop_file, storage.StoragePath):
+            # In a bucket a look is an HTTP request, too slow for the training thread: a thread looks.
+            self._stop_watch = threading.Thread(target=self._watch_stop_file, name="stop-file", daemon=True)
+            self._stop_watch.start()
         self.reset_clocks()
+
+    def _watch_stop_file(self) -> None:
+        while not self._closed.wait(STOP_FILE_CHECK_INTERVAL_S):
+            try:
+                if self._stop_file.exists():
+                    self._stop_file_seen = True
+                    return
+            except OSError as exc:
+                log.warning("looking for the stop request %s failed (%s)", self._stop_file, exc)
+
+    def close(self) -> None:
+        self._closed.set()
 
     def reset_clocks(self) -> None:
         """Start the report and checkpoint clocks now (when the loop starts, after restoring)."""
@@ -122,7 +143,9 @@ class StepSchedule:
         if self._is_rank0 and exchange:
             if self._requests is not None:
                 profile_steps, communication = self._requests.post()
-            if now - self._last_stop_file_check >= STOP_FILE_CHECK_INTERVAL_S:
+            # On S3 a thread watches the stop file (a HEAD request costs more than a step); on the volume
+            # the check is a stat, made here at most every STOP_FILE_CHECK_INTERVAL_S.
+            if self._stop_watch is None and now - self._last_stop_file_check >= STOP_FILE_CHECK_INTERVAL_S:
                 self._last_stop_file_check = now
                 self._stop_file_seen = self._stop_file.exists()
             stop_file = self._stop_file_seen

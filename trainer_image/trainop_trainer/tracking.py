@@ -47,12 +47,15 @@ import logging
 import os
 import pathlib
 import queue
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from trainop.api import experiment, trainer_config
+from trainop_trainer import storage
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +91,7 @@ def tracking_uri(settings: experiment.MlflowTracking) -> str | None:
 class MlflowRun:
     """This job's MLflow run, written from a background thread."""
 
-    def __init__(self, *, config: trainer_config.TrainerConfig, run_dir: pathlib.Path, uri: str) -> None:
+    def __init__(self, *, config: trainer_config.TrainerConfig, run_dir: storage.RunDir, uri: str) -> None:
         # Opening the run happens on rank 0 before training while the other ranks wait: an unreachable
         # server must cost seconds, not MLflow's default minutes of retries (a user's setting wins).
         for key, value in _CLIENT_LIMITS.items():
@@ -311,14 +314,19 @@ def open_sweep_run(config: trainer_config.SweepConfig, *, experiment_dir: pathli
 
 
 class TensorBoardLog:
-    """Scalars as TensorBoard event files under ``<run>/tensorboard``."""
+    """Scalars as TensorBoard event files under ``<run>/tensorboard``.
 
-    def __init__(self, log_dir: pathlib.Path) -> None:
+    With the run directory in a bucket, the writer writes into a local directory of the pod and ``close``
+    copies its files into the bucket (an object cannot be appended to): the event files appear there when
+    the worker group ends, not while it trains."""
+
+    def __init__(self, log_dir: storage.RunDir) -> None:
         from tensorboardX import SummaryWriter
 
-        log_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir = log_dir
-        self._writer = SummaryWriter(logdir=str(log_dir), flush_secs=10)
+        self._local = log_dir if isinstance(log_dir, pathlib.Path) else pathlib.Path(tempfile.mkdtemp())
+        self._local.mkdir(parents=True, exist_ok=True)
+        self._writer = SummaryWriter(logdir=str(self._local), flush_secs=10)
 
     def scalars(self, prefix: str, step: int, values: Mapping[str, float]) -> None:
         for name, value in values.items():
@@ -327,6 +335,15 @@ class TensorBoardLog:
     def close(self) -> None:
         self._writer.flush()
         self._writer.close()
+        if isinstance(self.log_dir, storage.StoragePath):
+            try:
+                for path in sorted(self._local.rglob("*")):
+                    if path.is_file():
+                        (self.log_dir / str(path.relative_to(self._local))).write_bytes(path.read_bytes())
+            except OSError as exc:
+                log.warning("TensorBoard event files not copied to %s (%s)", self.log_dir, exc)
+            else:
+                shutil.rmtree(self._local, ignore_errors=True)
 
 
 class Tracking:
@@ -337,7 +354,7 @@ class Tracking:
         self.tensorboard = tensorboard
 
     @classmethod
-    def start(cls, config: trainer_config.TrainerConfig, *, run_dir: pathlib.Path) -> Tracking:
+    def start(cls, config: trainer_config.TrainerConfig, *, run_dir: storage.RunDir) -> Tracking:
         settings = config.spec.tracking
         mlflow_run: MlflowRun | None = None
         if settings.mlflow is not None:

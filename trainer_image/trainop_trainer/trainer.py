@@ -40,7 +40,16 @@ from torch import nn
 from torch.utils.data import default_collate
 
 from trainop.api import resources, trainingjob
-from trainop_trainer import batch_finder, bench_hooks, data, evaluation, parallelize, schedule, stateful
+from trainop_trainer import (
+    batch_finder,
+    bench_hooks,
+    data,
+    evaluation,
+    parallelize,
+    schedule,
+    stateful,
+    storage,
+)
 from trainop_trainer.bench_hooks import section
 from trainop_trainer.runtime import Runtime
 from trainop_trainer.step_schedule import Decision, Outcome
@@ -213,8 +222,7 @@ class Trainer:
         if choice is None:
             choice = self._find_batch_size()
             if ctx.is_rank0:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(choice.to_json())
+                storage.write_text(path, choice.to_json())
         if ctx.is_rank0:
             batch_finder.log_choice(choice, reused=earlier is not None)
         for group in self.optimizer.param_groups:

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import pathlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -113,6 +114,8 @@ class Context:
         self.local_rank = runtime.ctx.local_rank
         self.device = runtime.ctx.device
         self.is_rank0 = runtime.ctx.is_rank0
+        # spec.data's directory (/data in a cluster, already filled when the source is a bucket), or None.
+        self.data_dir: pathlib.Path | None = runtime.data_dir
         self.total_steps: int | None = spec.hyperparameters.max_steps
         self.checkpoint_due = False
         self.should_stop = False

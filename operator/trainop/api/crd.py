@@ -6,10 +6,11 @@ apiserver should fill them in. ``structural_schema`` does that translation and n
 CRDs in crds/ are a pure function of the models (``make crds`` writes them; a test compares).
 
 Design choices:
-- Optional spec objects default to the object their fields' defaults make (those whose model default is
-  None stay absent), so the apiserver fills in
-  nested defaults and ``kubectl get -o yaml`` shows the effective spec. Status carries no defaults:
-  it is written, not filled.
+- Optional spec objects default to the object their fields' defaults make, so the apiserver fills in
+  nested defaults and ``kubectl get -o yaml`` shows the effective spec; except those whose model default
+  is None (``data``, ``checkpoint.storage.s3``, ``evaluation``, ``keepBest``, a Secret reference): absent
+  means "not used", and a defaulted object would switch them on. Status carries no defaults: it is
+  written, not filled.
 - Free-form maps (``dict[str, Any]``) become ``x-kubernetes-preserve-unknown-fields``; nothing else does.
 - Key patterns of maps (``propertyNames``) have no structural equivalent and become a CEL rule.
 - Cross-field rules come from ``x-kubernetes-validations`` attached to the models themselves.

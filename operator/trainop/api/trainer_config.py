@@ -26,6 +26,18 @@ DEFAULT_CONFIG_PATH = "/etc/trainop/trainer.json"
 CONFIG_KEY = "trainer.json"
 # Where the operator mounts the checkpoint claim in every Ray pod.
 CHECKPOINT_MOUNT_PATH = "/checkpoints"
+# Where every worker pod sees spec.data: the claim (read-only), or the pod-local copy of an S3 prefix.
+DATA_MOUNT_PATH = "/data"
+DATA_DIR_ENV = "TRAINOP_DATA_DIR"
+# Object storage credentials. The Secret an S3Bucket's credentialsSecret names holds these keys (the AWS
+# SDKs' own environment names, so the same Secret serves other tools); the operator hands them to every Ray
+# container as environment variables prefixed by their use (s3_env), since a job may write checkpoints
+# and read data with different credentials. The trainer never sees them in the config or the status.
+S3_SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+S3_REQUIRED_SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+S3Use = Literal["CHECKPOINT", "DATA"]
+S3_CHECKPOINT: S3Use = "CHECKPOINT"
+S3_DATA: S3Use = "DATA"
 # Ray Train settings of every trainop run, in the environment of every Ray process (the operator puts them
 # on every Ray container; the trainer's driver sets them before a local Ray starts). Ray Train's
 # preemption watcher is off: it lets a training function ask ray.train.get_preemption_info() about node
@@ -33,6 +45,28 @@ CHECKPOINT_MOUNT_PATH = "/checkpoints"
 # checkpoints); the tests run without it; and every start of it logs an error-level line ("PreemptionWatcher
 # ... has constructor arguments in the object store and max_restarts > 0").
 RAY_TRAIN_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
+
+
+def s3_env(use: S3Use, key: str) -> str:
+    """The container variable of one Secret key for one use, e.g. ``TRAINOP_CHECKPOINT_AWS_ACCESS_KEY_ID``."""
+    return f"TRAINOP_{use}_{key}"
+
+
+def s3_secret_name_env(use: S3Use) -> str:
+    """The container variable naming the credentials Secret (its name only), so that the trainer knows the
+    keys must be there and can name the Secret when they are not."""
+    return f"TRAINOP_{use}_S3_CREDENTIALS_SECRET"
+
+
+def s3_uri(bucket: trainingjob.S3Bucket) -> str:
+    """``s3://<bucket>[/<prefix>]``."""
+    return f"s3://{bucket.bucket}" + (f"/{bucket.prefix}" if bucket.prefix else "")
+
+
+def storage_path_for(spec: trainingjob.TrainingJobSpec) -> str:
+    """The storage path of a job in a cluster: its checkpoint bucket's ``s3://`` URI, or the claim's mount."""
+    s3 = spec.checkpoint.storage.s3
+    return s3_uri(s3) if s3 is not None else CHECKPOINT_MOUNT_PATH
 
 
 class StatusTarget(base.ApiModel):
@@ -95,7 +129,10 @@ class TrainerConfig(base.ApiModel):
     run_name: str = pydantic.Field(
         description="Ray Train run name; the same for every attempt so they resume."
     )
-    storage_path: str = pydantic.Field(description="Ray Train storage path (the checkpoint volume).")
+    storage_path: str = pydantic.Field(
+        description="Ray Train storage path: the checkpoint volume's directory, or s3://<bucket>/<prefix> "
+        "(connection settings from spec.checkpoint.storage.s3)."
+    )
     attempt: int = 1
     spec: trainingjob.TrainingJobSpec
     status_target: StatusTarget | None = pydantic.Field(

@@ -26,6 +26,14 @@ MAX_FAILURE_HISTORY = operator_status.MAX_FAILURE_HISTORY
 ENTRYPOINT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
 NCCL_ENV_KEY_PATTERN = r"^(NCCL|TORCH_NCCL|UCX|FI)_[A-Z0-9_]+$"
 CLAIM_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+SECRET_NAME_PATTERN = CLAIM_NAME_PATTERN  # both are DNS subdomain names
+# S3's bucket naming rules (3-63 characters: lower-case letters, digits, dots and hyphens).
+BUCKET_PATTERN = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
+# A key prefix or sub-directory: segments joined by single slashes, none of them "." or "..", no leading or
+# trailing slash. Without look-around: the apiserver's regular expressions are Go's (RE2).
+_SEGMENT = r"(?:[^/\s.][^/\s]*|\.[^/\s.][^/\s]*|\.\.[^/\s]+)"
+PREFIX_PATTERN = rf"^{_SEGMENT}(/{_SEGMENT})*$"
+ENDPOINT_PATTERN = r"^https?://[A-Za-z0-9.:\[\]_-]+/?$"
 # activeDeadlineSeconds and ttlSecondsAfterFinished: at most 2^31 - 1 s (about 68 years, Kubernetes' int32
 # for a Job's TTL). Unbounded, a huge value made the operator's due-time arithmetic overflow (found by
 # tests/reliability/test_bad_input_property.py).
@@ -136,8 +144,9 @@ class Dataset(base.ApiModel):
     path: str | None = pydantic.Field(
         default=None,
         description="The data as the pods see it, required by every kind but synthetic and digits: the "
-        "cifar10 or imagefolder directory, or the tokens file. Usually on a volume the pods mount, such as "
-        "/checkpoints/data/... on the checkpoint claim.",
+        "cifar10 or imagefolder directory, or the tokens file. A relative path is inside spec.data (/data in "
+        "the pods), e.g. tokens/train.bin; an absolute one is taken as it is, e.g. /checkpoints/data/... on "
+        "the checkpoint claim.",
     )
     num_samples: Annotated[int, pydantic.Field(ge=1)] = pydantic.Field(
         default=50_000,
@@ -500,8 +509,55 @@ class Workers(base.ApiModel):
     )
 
 
+S3_WITH_EXISTING_CLAIM = (
+    "checkpoint.storage.s3 and checkpoint.storage.existingClaim are two places for the same checkpoints: "
+    "set one of them"
+)
+S3_WITH_DELETE_WITH_JOB = (
+    "checkpoint.storage.deleteWithJob deletes a claim trainop created; with checkpoint.storage.s3 there is "
+    "none, and trainop never deletes objects: remove deleteWithJob (or delete the prefix yourself)"
+)
+DATA_NEEDS_ONE_SOURCE = "set exactly one of data.existingClaim (a volume) or data.s3 (a bucket prefix)"
+DATA_SUB_PATH_NEEDS_A_CLAIM = (
+    "data.subPath selects a directory of data.existingClaim; with data.s3 put it into data.s3.prefix"
+)
+
+
+class S3Bucket(base.ApiModel):
+    """A prefix in an S3-compatible bucket: AWS S3, or any server speaking its API (MinIO, Ceph RGW,
+    versitygw; Google Cloud Storage through its XML API with HMAC keys, docs/storage.md). The trainer reads
+    and writes it with pyarrow's S3 client; credentials come from a Secret, never from the spec."""
+
+    bucket: Annotated[str, pydantic.Field(pattern=BUCKET_PATTERN)]
+    """The bucket, which must exist: trainop never creates or deletes buckets."""
+    prefix: Annotated[str, pydantic.Field(pattern=PREFIX_PATTERN, max_length=512)] | None = None
+    """Key prefix inside the bucket, without leading or trailing slash (e.g. team-a/checkpoints). Unset (the
+    default): the bucket's top level."""
+    endpoint: Annotated[str, pydantic.Field(pattern=ENDPOINT_PATTERN, max_length=256)] | None = None
+    """The server's URL, http:// or https:// with host and optional port, no path (e.g.
+    http://minio.storage:9000, https://storage.googleapis.com). Unset (the default): AWS S3 in region."""
+    region: Annotated[str, pydantic.Field(pattern=r"^[a-z0-9-]+$", max_length=64)] = pydantic.Field(
+        default="us-east-1",
+        description="The bucket's region (signs every request; most other servers accept any value). "
+        "Default us-east-1.",
+    )
+    credentials_secret: Annotated[str, pydantic.Field(pattern=SECRET_NAME_PATTERN)] | None = None
+    """A Secret in the job's namespace with the keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and
+    AWS_SESSION_TOKEN for temporary credentials), handed to the Ray containers as environment variables.
+    Unset (the default): the pods' own AWS credentials (IRSA / EKS Pod Identity, an instance profile)."""
+
+
 class Storage(base.ApiModel):
-    """The checkpoint volume: a claim trainop creates, or one that already exists."""
+    """The checkpoint volume: a claim trainop creates, or one that already exists; or an S3 bucket."""
+
+    model_config = pydantic.ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel.rule("!has(self.s3) || !has(self.existingClaim)", S3_WITH_EXISTING_CLAIM),
+                cel.rule("!has(self.s3) || !self.deleteWithJob", S3_WITH_DELETE_WITH_JOB),
+            ]
+        }
+    )
 
     size: base.Quantity = "50Gi"
     """Storage requested for the checkpoint claim trainop creates (ignored with existingClaim). It must hold
@@ -522,6 +578,53 @@ class Storage(base.ApiModel):
         description="Delete the created claim with the job. Default false: checkpoints outlive the job, and "
         "a job created again under the same name resumes from them.",
     )
+    s3: S3Bucket | None = None
+    """Keep checkpoints in an S3-compatible bucket instead of on a volume, under <prefix>/<job name>/: no
+    claim is created or mounted, so the Ray pods may run on any nodes (a multi-node job needs no
+    ReadWriteMany storage class). size, storageClassName and accessMode are then ignored; existingClaim and
+    deleteWithJob are refused (trainop never deletes objects: checkpoints outlive the job). Unset (the
+    default): the volume."""
+
+    @pydantic.model_validator(mode="after")
+    def _one_place(self) -> Storage:
+        if self.s3 is not None and self.existing_claim is not None:
+            raise ValueError(S3_WITH_EXISTING_CLAIM)
+        if self.s3 is not None and self.delete_with_job:
+            raise ValueError(S3_WITH_DELETE_WITH_JOB)
+        return self
+
+
+class DataSource(base.ApiModel):
+    """A read-only dataset every worker sees at /data: an existing claim, or a prefix of an S3 bucket."""
+
+    model_config = pydantic.ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel.rule("has(self.existingClaim) != has(self.s3)", DATA_NEEDS_ONE_SOURCE),
+                cel.rule("!has(self.subPath) || has(self.existingClaim)", DATA_SUB_PATH_NEEDS_A_CLAIM),
+            ]
+        }
+    )
+
+    existing_claim: Annotated[str, pydantic.Field(pattern=CLAIM_NAME_PATTERN)] | None = None
+    """A PersistentVolumeClaim in the job's namespace holding the data, mounted read-only at /data in every
+    worker pod (several nodes at once need a ReadOnlyMany or ReadWriteMany volume). Unset (the default): see
+    s3."""
+    sub_path: Annotated[str, pydantic.Field(pattern=PREFIX_PATTERN, max_length=512)] | None = None
+    """With existingClaim: mount only this directory of the volume at /data. Unset (the default): the
+    whole volume."""
+    s3: S3Bucket | None = None
+    """A prefix of an S3-compatible bucket: before training, each worker pod copies the objects under it
+    to /data (a pod-local emptyDir; files already there with the same size are kept, so a restarted worker
+    group copies nothing again). Unset (the default): see existingClaim."""
+
+    @pydantic.model_validator(mode="after")
+    def _one_source(self) -> DataSource:
+        if (self.existing_claim is None) == (self.s3 is None):
+            raise ValueError(DATA_NEEDS_ONE_SOURCE)
+        if self.sub_path is not None and self.existing_claim is None:
+            raise ValueError(DATA_SUB_PATH_NEEDS_A_CLAIM)
+        return self
 
 
 class Checkpoint(base.ApiModel):
@@ -544,15 +647,15 @@ class Checkpoint(base.ApiModel):
     """Write a checkpoint every this many minutes of training (rank 0's clock), at most 1440. Default 10: at
     most 10 minutes of training lost to a failure."""
     keep_last: Annotated[int, pydantic.Field(ge=1, le=100)] = 3
-    """Checkpoints kept on the volume; the oldest beyond this number are deleted after each successful write.
-    Default 3, so a corrupt newest checkpoint still leaves older ones to resume from."""
+    """Checkpoints kept (on the volume or in the bucket); the oldest beyond this number are deleted after each
+    successful write. Default 3, so a corrupt newest checkpoint still leaves older ones to resume from."""
     keep_best: experiment.KeepBest | None = None
     """Also keep the best checkpoint by an evaluation metric (metric, mode), apart from the keepLast newest:
     keepLast pruning never deletes it; status.checkpoint.best names it. Needs spec.evaluation (or an
     entrypoint's evaluate hook). Unset: only the keepLast newest are kept."""
     storage: Storage = pydantic.Field(default_factory=Storage)
-    """The volume checkpoints live on, mounted at /checkpoints in every Ray pod. Cannot change while the job
-    exists: a new attempt must find the same checkpoints."""
+    """Where checkpoints live: a volume mounted at /checkpoints in every Ray pod, or an S3 bucket (s3).
+    Cannot change while the job exists: a new attempt must find the same checkpoints."""
 
     @pydantic.model_validator(mode="after")
     def _has_interval(self) -> Checkpoint:
@@ -788,8 +891,12 @@ class TrainingJobSpec(base.ApiModel):
     """The worker pods that train: how many, the GPUs, CPUs and memory of each, and where they may run. Sizes
     left unset are fitted to the job (see cpusPerWorker, memoryPerWorker, sharedMemory)."""
     checkpoint: Checkpoint = pydantic.Field(default_factory=Checkpoint)
-    """When checkpoints are written, how many are kept and on which volume. Worker restarts, new attempts and
-    resumes continue from the newest valid checkpoint."""
+    """When checkpoints are written, how many are kept and where (a volume or an S3 bucket). Worker
+    restarts, new attempts and resumes continue from the newest valid checkpoint."""
+    data: DataSource | None = None
+    """A read-only dataset at /data in every worker pod: an existing claim, or a prefix of an S3 bucket
+    copied there before training. workload.dataset.path, when relative, is inside it; user entrypoints find
+    it as ctx.data_dir. Unset (the default): no data volume."""
     failure_policy: FailurePolicy = pydantic.Field(default_factory=FailurePolicy)
     """How failures are retried: worker-group restarts inside an attempt (maxWorkerFailures), then new
     attempts of the whole job (maxRestarts) after an exponential backoff."""
@@ -927,14 +1034,34 @@ class CheckpointStatus(base.ApiModel):
     epoch: int = 0
     """The epoch of that step, counted from 0."""
     path: str
-    """The checkpoint's directory as the Ray pods see it: /checkpoints/<run>/checkpoints/step_<N> on the
-    checkpoint volume."""
+    """Where the checkpoint is: /checkpoints/<run>/checkpoints/step_<N> on the checkpoint volume, as the Ray
+    pods see it, or s3://<bucket>/<prefix>/<run>/checkpoints/step_<N>."""
     time: str
     """When the checkpoint was complete on the volume (RFC 3339, UTC)."""
     metrics: dict[str, float] = pydantic.Field(default_factory=dict)
     """Metrics at that step, e.g. loss."""
     best: experiment.BestCheckpoint | None = None
     """With checkpoint.keepBest: the best checkpoint so far (step, metric, value, path)."""
+
+
+class StorageStatus(base.ApiModel):
+    """Written by the trainer's driver when an attempt starts, before any worker: whether the checkpoint
+    storage can be written with the credentials the pods have. The operator's StorageReady condition reads
+    it for object storage."""
+
+    location: str
+    """Where this job's checkpoints go: /checkpoints/<run> on the volume, or s3://<bucket>/<prefix>/<run>."""
+    ready: bool
+    """Whether a test object could be written, read back and deleted there."""
+    reason: str
+    """In one CamelCase word: Writable, or why not (BucketNotFound, AccessDenied, CredentialsMissing,
+    EndpointUnreachable, StorageError)."""
+    message: str
+    """One sentence: what was found, and what to do about it."""
+    attempt: int
+    """The attempt whose driver checked."""
+    checked: str
+    """When it was checked (RFC 3339, UTC)."""
 
 
 class NetworkStatus(base.ApiModel):
@@ -970,11 +1097,14 @@ class TrainingJobOperatorStatus(operator_status.OperatorStatus):
 
 
 class TrainingJobStatus(TrainingJobOperatorStatus):
-    # Trainer-owned (rank 0); everything above is the operator's.
+    # Trainer-owned (rank 0; storage: the driver); everything above is the operator's.
     progress: Progress | None = None
     """Training progress, written by the trainer's rank 0 every reporting interval."""
     checkpoint: CheckpointStatus | None = None
     """The newest checkpoint, written by the trainer's rank 0 after each complete write."""
+    storage: StorageStatus | None = None
+    """Whether the checkpoint storage was writable when the current attempt started, written by the
+    trainer's driver."""
     network: NetworkStatus | None = None
     """The network the trainer found and the all-reduce bandwidth it measured at start-up, written by
     rank 0."""

@@ -172,7 +172,21 @@ def _spec_rules() -> list[cel.Rule]:
             "self.algorithm == 'grid' || !self.searchSpace.exists(k, self.searchSpace[k].type == 'grid')",
             GRID_NEEDS_GRID_ALGORITHM,
         ),
+        cel.rule("!has(self.template.checkpoint.storage.s3)", SWEEP_KEEPS_CHECKPOINTS_ON_A_CLAIM),
+        cel.rule("!has(self.template.data)", SWEEP_HAS_NO_DATA_SOURCE),
     ]
+
+
+# A sweep's trials keep their Ray Tune experiment and checkpoints on the sweep's claim (docs/sweep.md); the
+# object storage and data sources of issue #18 are TrainingJob features for now.
+SWEEP_KEEPS_CHECKPOINTS_ON_A_CLAIM = (
+    "template.checkpoint.storage.s3 is not supported by TuningSweep: its trials keep their experiment on "
+    "the sweep's claim; remove s3 (TrainingJob supports it)"
+)
+SWEEP_HAS_NO_DATA_SOURCE = (
+    "template.data is not supported by TuningSweep yet: put the dataset on the sweep's claim and set "
+    "template.workload.dataset.path to it (TrainingJob supports data)"
+)
 
 
 class TuningSweepSpec(base.ApiModel):
@@ -240,6 +254,10 @@ class TuningSweepSpec(base.ApiModel):
                 )
         elif any(d.type == DistributionKind.GRID for d in self.search_space.values()):
             raise ValueError(GRID_NEEDS_GRID_ALGORITHM)
+        if self.template.checkpoint.storage.s3 is not None:
+            raise ValueError(SWEEP_KEEPS_CHECKPOINTS_ON_A_CLAIM)
+        if self.template.data is not None:
+            raise ValueError(SWEEP_HAS_NO_DATA_SOURCE)
         return self
 
     @property

@@ -5,7 +5,7 @@ trainop`` and ``trainop.dev/job`` (``trainop.dev/sweep`` for sweeps), and an own
 TrainingJob/TuningSweep so that Kubernetes' garbage collector deletes it with its owner -- except the
 checkpoint claim, which by default has no owner reference: checkpoints outlive the job, and a job created
 again under the same name resumes from them. ``checkpoint.storage.deleteWithJob: true`` adds the
-reference; ``existingClaim`` means no claim is created at all.
+reference; ``existingClaim`` or ``s3`` (checkpoints in a bucket) means no claim is created at all.
 
 The trainer's RBAC is as narrow as Kubernetes allows: its ServiceAccount may ``get`` and ``patch`` the
 status subresource of its own owner (``resourceNames: [<name>]``) and nothing else -- not the spec, not
@@ -25,9 +25,10 @@ Manifest = dict[str, Any]
 
 
 def desired_pvc(resource: manifest.Resource) -> Manifest | None:
-    """The checkpoint claim, or None when the spec names an existing one."""
+    """The checkpoint claim, or None when the spec names an existing one or keeps checkpoints in a bucket."""
     storage = kinds.training_spec(resource).checkpoint.storage
-    if storage.existing_claim:
+    name = kinds.claim_name(resource)
+    if storage.existing_claim or name is None:
         return None
     spec: dict[str, Any] = {
         "accessModes": [storage.access_mode.value],
@@ -38,7 +39,7 @@ def desired_pvc(resource: manifest.Resource) -> Manifest | None:
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": meta.object_metadata(resource, kinds.claim_name(resource), owned=storage.delete_with_job),
+        "metadata": meta.object_metadata(resource, name, owned=storage.delete_with_job),
         "spec": spec,
     }
 

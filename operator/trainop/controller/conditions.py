@@ -7,7 +7,8 @@ shows what is wrong in one place:
 ==================  ======================================================================
 SpecValid           the spec passed the models' validation (False: InvalidSpec, with fields)
 SpecApplied         the spec is what runs (False: ImmutableFieldChanged or InvalidSpec edit)
-StorageReady        the checkpoint claim exists and is Bound
+StorageReady        the checkpoint claim exists and is Bound; with checkpoints in a bucket, the
+                    trainer's start-up check could write there (``object_storage``)
 RayClusterReady     the current attempt's Ray cluster runs (False: why not, e.g. ImagePullBackOff)
 Running             phase is Running
 Suspended           spec.suspend stopped the job
@@ -27,6 +28,7 @@ from typing import Literal
 
 from trainop.api import base
 from trainop.api.operator_status import Phase
+from trainop.api.trainingjob import StorageStatus
 from trainop.controller import acceptance, observe
 
 Status = Literal["True", "False", "Unknown"]
@@ -57,6 +59,12 @@ PROBLEM_REASONS = frozenset(
         "Unschedulable",
         "RayJobValidationFailed",
         "KubeRayNotInstalled",
+        # status.storage's reasons (the trainer's start-up check of a checkpoint bucket)
+        "BucketNotFound",
+        "AccessDenied",
+        "CredentialsMissing",
+        "EndpointUnreachable",
+        "StorageError",
         *observe.STUCK_WAITING_REASONS,
     }
 )
@@ -170,10 +178,41 @@ def storage(
             )
     note = ""
     if "ReadWriteOnce" in claim.access_modes or "ReadWriteOncePod" in claim.access_modes:
-        note = " It is ReadWriteOnce: every Ray pod must run on one node (use ReadWriteMany across nodes)."
+        note = (
+            " It is ReadWriteOnce: every Ray pod must run on one node (use ReadWriteMany across nodes, or "
+            "checkpoint.storage.s3)."
+        )
     return Desired(
         STORAGE_READY, "True", "ClaimBound", f"Claim {name} is bound to volume {claim.volume}.{note}"
     )
+
+
+OBJECT_STORAGE_UNCHECKED = "ObjectStorageUnchecked"
+
+
+def object_storage(location: str, reported: StorageStatus | None, *, attempt: int) -> Desired:
+    """StorageReady for checkpoints in a bucket (``checkpoint.storage.s3``): no claim; the truth comes from
+    the trainer's driver, which writes a test object there when an attempt starts and records the verdict
+    as ``status.storage`` (an operator without the job's credentials cannot look itself). A verdict of an
+    earlier attempt counts only until the current attempt's driver has checked again."""
+    anywhere = "no claim is mounted, so the Ray pods may run on any nodes"
+    if reported is None or reported.attempt != attempt:
+        return Desired(
+            STORAGE_READY,
+            "Unknown",
+            OBJECT_STORAGE_UNCHECKED,
+            f"Checkpoints go to {location} ({anywhere}); the trainer checks that it can write there when "
+            f"attempt {attempt} starts.",
+        )
+    if reported.ready:
+        return Desired(
+            STORAGE_READY,
+            "True",
+            "BucketWritable",
+            f"{reported.location} was writable when attempt {reported.attempt} started ({reported.checked}); "
+            f"{anywhere}.",
+        )
+    return Desired(STORAGE_READY, "False", reported.reason, reported.message)
 
 
 def ray_cluster(

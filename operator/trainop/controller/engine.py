@@ -23,7 +23,7 @@ from typing import Any
 
 import aiohttp
 
-from trainop.controller import apply, cache, kinds, kube, metrics, options, reconcile, workqueue
+from trainop.controller import apply, cache, conditions, kinds, kube, metrics, options, reconcile, workqueue
 
 log = logging.getLogger(__name__)
 # Failures that are the world's, not a bug: logged without a traceback and retried. Transport errors
@@ -147,6 +147,23 @@ class Engine:
 
 
 def needs_reconcile(body: Mapping[str, Any]) -> bool:
-    """Whether an owner's watch event may need the operator: a new generation, or never reconciled."""
+    """Whether an owner's watch event may need the operator: a new generation, never reconciled, or the
+    trainer's start-up check of a checkpoint bucket for this attempt that StorageReady does not show yet
+    (the trainer's status writes are otherwise none of the operator's business)."""
     status: Mapping[str, Any] = body.get("status") or {}
-    return not status.get("phase") or status.get("observedGeneration") != body["metadata"].get("generation")
+    return (
+        not status.get("phase")
+        or status.get("observedGeneration") != body["metadata"].get("generation")
+        or _storage_check_unseen(status)
+    )
+
+
+def _storage_check_unseen(status: Mapping[str, Any]) -> bool:
+    """status.storage reports on the current attempt while StorageReady still says the bucket is unchecked."""
+    reported = status.get("storage") or {}
+    if not reported or reported.get("attempt") != status.get("attempt"):
+        return False
+    return any(
+        c.get("type") == conditions.STORAGE_READY and c.get("reason") == conditions.OBJECT_STORAGE_UNCHECKED
+        for c in status.get("conditions") or ()
+    )

@@ -166,10 +166,21 @@ def trial_drivers(resource: manifest.Resource) -> int:
     return resource.spec.max_concurrent_trials
 
 
-def claim_name(resource: manifest.Resource) -> str:
-    """The checkpoint claim the Ray pods mount: the existing claim named in the spec, or the created one."""
+def claim_name(resource: manifest.Resource) -> str | None:
+    """The checkpoint claim the Ray pods mount: the existing claim named in the spec, or the created one;
+    None when checkpoints go to object storage (``checkpoint.storage.s3``): no claim at all."""
     storage = training_spec(resource).checkpoint.storage
+    if storage.s3 is not None:
+        return None
     return storage.existing_claim or kind_of(resource).created_claim_name(resource.metadata.name)
+
+
+def checkpoint_location(resource: manifest.Resource) -> str:
+    """Where the job's checkpoints live, for people: ``s3://<bucket>/<prefix>/<run>``, or the claim's name."""
+    storage = training_spec(resource).checkpoint.storage
+    if storage.s3 is not None:
+        return f"{trainer_config.s3_uri(storage.s3)}/{trainer_config.run_name_for(resource.metadata.name)}"
+    return f"claim {claim_name(resource)}"
 
 
 def existing_claim_of(body: Mapping[str, Any]) -> str | None:
@@ -182,11 +193,15 @@ def existing_claim_of(body: Mapping[str, Any]) -> str | None:
 
 
 def render_config(resource: manifest.Resource, attempt: int) -> str:
-    """The JSON the trainer (or the sweep driver) reads from /etc/trainop/trainer.json."""
+    """The JSON the trainer (or the sweep driver) reads from /etc/trainop/trainer.json: the storage path is
+    the claim's mount, or the ``s3://`` URI of the checkpoint bucket."""
     if isinstance(resource, trainingjob.TrainingJob):
         return trainer_config.dumps(
             trainer_config.for_job(
-                resource, storage_path=trainer_config.CHECKPOINT_MOUNT_PATH, attempt=attempt, in_cluster=True
+                resource,
+                storage_path=trainer_config.storage_path_for(resource.spec),
+                attempt=attempt,
+                in_cluster=True,
             )
         )
     return trainer_config.dumps(

@@ -24,6 +24,15 @@ Choices, each for a reason:
 - Volumes: the checkpoint claim at ``trainer_config.CHECKPOINT_MOUNT_PATH`` and the trainer ConfigMap at
   /etc/trainop in head and workers (Ray Train's controller on the head reads checkpoint state from the
   same storage path the workers write), and a memory-backed /dev/shm sized by ``workers.sharedMemory``.
+- Checkpoints in a bucket (``checkpoint.storage.s3``): no claim is mounted anywhere, so nothing ties the
+  pods to a node (an RWO claim pins every pod of a job to the node its volume is on). The credentials
+  Secret's keys reach every Ray container as ``secretKeyRef`` environment variables
+  (``trainer_config.s3_env``), marked optional: a missing Secret or key then does not leave the pods in
+  CreateContainerConfigError, the trainer's start-up check names it instead (status.storage, and the
+  StorageReady condition from it). Only the Secret's name is in the pod spec, never a key.
+- Data (``spec.data``): an existing claim mounted read-only at ``trainer_config.DATA_MOUNT_PATH`` in every
+  worker (``subPath`` when set), or, for an S3 prefix, an emptyDir there that the trainer fills before
+  training, with that bucket's credentials under their own names. Workers only: the head trains nothing.
 - NCCL env from ``trainop.api.nccl.env_for(spec.network)`` on every Ray container, and
   ``trainer_config.RAY_TRAIN_ENV`` (Ray Train's preemption watcher off: the trainer never asks it, and its
   start logs an error-level line in every job's log).
@@ -100,6 +109,7 @@ PRESTOP_MARGIN_SECONDS = 5
 GCS_RECONNECT_TIMEOUT_ENV = "RAY_GCS_RPC_SERVER_RECONNECT_TIMEOUT_S"
 WORKER_GCS_RECONNECT_TIMEOUT_S = 60
 VOLUME_CHECKPOINTS = "checkpoints"
+VOLUME_DATA = "data"
 VOLUME_CONFIG = "trainer-config"
 VOLUME_SHM = "dshm"
 VOLUME_RAY_TEMP = "ray-tmp"
@@ -200,7 +210,7 @@ def pod_template(resource: manifest.Resource, attempt: int, *, head: bool) -> di
         },
         "containers": [_container(resource, spec, head=head), *([_log_container(spec)] if head else [])],
         "volumes": [
-            {"name": VOLUME_CHECKPOINTS, "persistentVolumeClaim": {"claimName": kinds.claim_name(resource)}},
+            *_checkpoint_volumes(resource),
             {
                 "name": VOLUME_CONFIG,
                 "configMap": {
@@ -209,7 +219,7 @@ def pod_template(resource: manifest.Resource, attempt: int, *, head: bool) -> di
                 },
             },
             {"name": VOLUME_SHM, "emptyDir": {"medium": "Memory", "sizeLimit": shm}},
-            *([{"name": VOLUME_RAY_TEMP, "emptyDir": {}}] if head else []),
+            *([{"name": VOLUME_RAY_TEMP, "emptyDir": {}}] if head else _data_volumes(spec)),
         ],
     }
     if not head:
@@ -266,6 +276,10 @@ def _container(
         if spec.reporting.metrics_port != RAY_METRICS_PORT:
             # Naming our port "metrics" stops KubeRay from adding Ray's own; declare that one explicitly.
             ports.append({"name": "ray-metrics", "containerPort": RAY_METRICS_PORT, "protocol": "TCP"})
+    secrets = _s3_credentials(spec.checkpoint.storage.s3, trainer_config.S3_CHECKPOINT)
+    if not head and spec.data is not None:
+        env[trainer_config.DATA_DIR_ENV] = trainer_config.DATA_MOUNT_PATH
+        secrets += _s3_credentials(spec.data.s3, trainer_config.S3_DATA)
     env_list: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(env.items())]
     mlflow = spec.tracking.mlflow
     if mlflow is not None and mlflow.tracking_uri_secret is not None:
@@ -277,16 +291,21 @@ def _container(
                 "valueFrom": {"secretKeyRef": {"name": secret.name, "key": secret.key}},
             }
         )
+    env_list += secrets
     container: dict[str, Any] = {
         "name": HEAD_CONTAINER if head else WORKER_CONTAINER,
         "image": spec.image,
         "env": env_list,
         "resources": requests_limits,
         "volumeMounts": [
-            {"name": VOLUME_CHECKPOINTS, "mountPath": trainer_config.CHECKPOINT_MOUNT_PATH},
+            *(
+                [{"name": VOLUME_CHECKPOINTS, "mountPath": trainer_config.CHECKPOINT_MOUNT_PATH}]
+                if kinds.claim_name(resource) is not None
+                else []
+            ),
             {"name": VOLUME_CONFIG, "mountPath": CONFIG_DIR, "readOnly": True},
             {"name": VOLUME_SHM, "mountPath": "/dev/shm"},
-            *([{"name": VOLUME_RAY_TEMP, "mountPath": RAY_TEMP_DIR}] if head else []),
+            *([{"name": VOLUME_RAY_TEMP, "mountPath": RAY_TEMP_DIR}] if head else _data_mounts(spec)),
         ],
         "securityContext": _container_security(),
     }
@@ -296,6 +315,59 @@ def _container(
         timeout = prestop_timeout_seconds(workers.termination_grace_period_seconds)
         container["lifecycle"] = {"preStop": {"exec": {"command": [*PRESTOP_COMMAND, str(timeout)]}}}
     return container
+
+
+def _checkpoint_volumes(resource: manifest.Resource) -> list[dict[str, Any]]:
+    """The checkpoint claim as a volume; none when checkpoints go to a bucket."""
+    claim = kinds.claim_name(resource)
+    if claim is None:
+        return []
+    return [{"name": VOLUME_CHECKPOINTS, "persistentVolumeClaim": {"claimName": claim}}]
+
+
+def _data_volumes(spec: trainingjob.TrainingJobSpec) -> list[dict[str, Any]]:
+    """spec.data on a worker: the claim, read-only; or the emptyDir the trainer copies an S3 prefix into."""
+    data = spec.data
+    if data is None:
+        return []
+    if data.existing_claim is not None:
+        return [
+            {
+                "name": VOLUME_DATA,
+                "persistentVolumeClaim": {"claimName": data.existing_claim, "readOnly": True},
+            }
+        ]
+    return [{"name": VOLUME_DATA, "emptyDir": {}}]
+
+
+def _data_mounts(spec: trainingjob.TrainingJobSpec) -> list[dict[str, Any]]:
+    data = spec.data
+    if data is None:
+        return []
+    mount: dict[str, Any] = {"name": VOLUME_DATA, "mountPath": trainer_config.DATA_MOUNT_PATH}
+    if data.existing_claim is not None:
+        mount["readOnly"] = True
+        if data.sub_path is not None:
+            mount["subPath"] = data.sub_path
+    return [mount]
+
+
+def _s3_credentials(bucket: trainingjob.S3Bucket | None, use: trainer_config.S3Use) -> list[dict[str, Any]]:
+    """The credentials Secret's keys as environment variables for one use of a bucket (optional refs: the
+    trainer reports a missing Secret or key), and the Secret's name; nothing without a Secret."""
+    if bucket is None or bucket.credentials_secret is None:
+        return []
+    secret = bucket.credentials_secret
+    return [
+        {"name": trainer_config.s3_secret_name_env(use), "value": secret},
+        *(
+            {
+                "name": trainer_config.s3_env(use, key),
+                "valueFrom": {"secretKeyRef": {"name": secret, "key": key, "optional": True}},
+            }
+            for key in trainer_config.S3_SECRET_KEYS
+        ),
+    ]
 
 
 def _container_security() -> dict[str, Any]:

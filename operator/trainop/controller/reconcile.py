@@ -1,8 +1,9 @@
 """One reconcile of one owner: read, decide (pure), write -- in that order, and writes in a fixed order.
 
 1. Read the owner fresh from the API (its status is the record of intent this reconcile extends), and its
-   children from the watch-fed ``cache`` (no request): its RayJobs, its checkpoint claim and, while an
-   attempt is starting, that attempt's Ray pods and RayCluster.
+   children from the watch-fed ``cache`` (no request): its RayJobs, its checkpoint claim (none with
+   ``checkpoint.storage.s3``: then the trainer driver's ``status.storage`` says whether the bucket can be
+   written) and, while an attempt is starting, that attempt's Ray pods and RayCluster.
 2. Decide: ``acceptance.evaluate`` (which spec to run) and ``state_machine.next_status``.
 3. Write:
    a. the accepted spec into the owner's ``trainop.dev/applied-spec`` annotation, when it changed;
@@ -37,7 +38,9 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from trainop.api import manifest
+import pydantic
+
+from trainop.api import manifest, trainingjob
 from trainop.api.operator_status import Phase
 from trainop.controller import (
     acceptance,
@@ -192,6 +195,7 @@ class Reconciler:
             create_errors=dict(self._create_errors.get(key, {})),
             foreign_ray_jobs=frozenset(r.seen.name for r in ray_jobs if owner_uid not in r.seen.owner_uids),
             leftovers=tuple(leftovers),
+            storage_check=_storage_check(raw_status),
         )
         return _Read(owner_uid, attempt, observed, ray_jobs, claim)
 
@@ -329,6 +333,17 @@ class Write(enum.Enum):
     CREATE = "create"
     APPLY = "apply"
     ADOPT = "adopt"
+
+
+def _storage_check(raw_status: Mapping[str, Any]) -> trainingjob.StorageStatus | None:
+    """The trainer driver's ``status.storage`` (the apiserver checked its schema; anything else: none)."""
+    reported = raw_status.get("storage")
+    if not reported:
+        return None
+    try:
+        return trainingjob.StorageStatus.model_validate(reported)
+    except pydantic.ValidationError:
+        return None
 
 
 def _create_problem(manifest: Mapping[str, Any], error: kube.ApiError) -> observe.Problem:

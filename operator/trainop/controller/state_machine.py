@@ -17,7 +17,10 @@
 
 Only the operator-owned part of the status is read and written here (``operator_status.OperatorStatus``,
 as extended by the owner's kind); the trainer's fields (progress, checkpoint, network) never pass through
-this module, so a status patch made from its result cannot overwrite them.
+this module, so a status patch made from its result cannot overwrite them. One of them is read, as an
+observation: with checkpoints in a bucket, the driver's start-up check (``status.storage``, in
+``Observed.storage_check``) is the truth StorageReady tells -- the operator has no claim to look at and not
+the job's credentials.
 
 The status tells the truth at every moment: ``children`` names only objects that exist or that the
 reconcile writing it is about to create, and while the RayJob cannot be created -- its storage does not
@@ -66,6 +69,9 @@ class Observed:
     foreign_ray_jobs: frozenset[str] = frozenset()
     # Server-side applied children under this owner's names seen being deleted ("Role mlp-trainer").
     leftovers: tuple[str, ...] = ()
+    # The trainer driver's start-up check of the checkpoint storage (status.storage), read only: with
+    # checkpoint.storage.s3 it is what StorageReady says (``conditions.object_storage``).
+    storage_check: trainingjob.StorageStatus | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,8 +155,9 @@ class _Evaluation:
             self._enter(
                 Phase.SUSPENDED,
                 "Suspended",
-                f"spec.suspend is true: the RayJob is deleted and checkpoints stay in claim "
-                f"{kinds.claim_name(resource)}. Set suspend to false to resume from the latest checkpoint.",
+                f"spec.suspend is true: the RayJob is deleted and checkpoints stay in "
+                f"{kinds.checkpoint_location(resource)}. Set suspend to false to resume from the latest "
+                "checkpoint.",
             )
             self.status.next_restart_time = None
             return self._decide(apply_children=True)
@@ -490,14 +497,20 @@ class _Evaluation:
         resource = self.verdict.resource
         existing = bool(resource and not self._creates_claim(resource))
         errors = self.observed.create_errors
-        desired = [
-            *conditions.spec(self.verdict, self.observed.generation),
-            conditions.storage(
+        if resource is not None and kinds.training_spec(resource).checkpoint.storage.s3 is not None:
+            storage = conditions.object_storage(
+                kinds.checkpoint_location(resource), self.observed.storage_check, attempt=self.status.attempt
+            )
+        else:
+            storage = conditions.storage(
                 self.observed.claim,
                 existing=existing,
                 create_error=errors.get("PersistentVolumeClaim"),
                 kind=self.verdict.kind.kind,
-            ),
+            )
+        desired = [
+            *conditions.spec(self.verdict, self.observed.generation),
+            storage,
             conditions.ray_cluster(
                 phase,
                 self.ray,

@@ -290,6 +290,7 @@ def read(
     sleep: Callable[[float], None] = time.sleep,
 ) -> tuple[list[Row], str]:
     """The checkpoints on the claim, and where they were read (a pod's name)."""
+    _refuse_object_storage(target)
     command = ["python", "-c", LIST_SCRIPT, checkpoints_dir(target)]
     for pod in target_module.ray_pods(client, target, node_type="head"):
         if target_module.running(pod, rayjob.HEAD_CONTAINER):
@@ -315,12 +316,23 @@ def set_aside(
 ) -> dict[str, Any]:
     """Rename the checkpoints after ``step`` (no trainer may run); returns ``{"resume": S, "setAside":
     [N, ...]}``."""
+    _refuse_object_storage(target)
     command = ["python", "-c", SET_ASIDE_SCRIPT, checkpoints_dir(target), str(step), stamp]
     try:
         output = run_in_claim_pod(client, target, command, write=True, timeout_s=timeout_s, sleep=sleep)
     except ClaimUnreadable as error:
         raise ClaimUnreadable(f"cannot set the checkpoints after step {step} aside: {error}") from None
     return parse_set_aside(output)
+
+
+def _refuse_object_storage(target: target_module.Target) -> None:
+    """Checkpoints in a bucket are not on a claim a pod could mount: say where they are instead."""
+    resource = kinds.parse(target.body)
+    if kinds.claim_name(resource) is None:
+        raise ClaimUnreadable(
+            f"the checkpoints are in {kinds.checkpoint_location(resource)}/checkpoints, not on a claim: list "
+            "or move them with an S3 client (e.g. aws s3 ls)"
+        )
 
 
 def parse_set_aside(output: str) -> dict[str, Any]:

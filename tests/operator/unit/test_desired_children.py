@@ -446,6 +446,91 @@ def test_every_ray_container_turns_ray_trains_preemption_watcher_off(group: str)
     assert env["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] == "0"
 
 
+# ------------------------------------------------------------------------------------ object storage
+S3_CHECKPOINTS = {
+    "checkpoint": {
+        "storage": {
+            "s3": {
+                "bucket": "ckpt",
+                "prefix": "team-a",
+                "endpoint": "http://minio.storage:9000",
+                "credentialsSecret": "ckpt-creds",
+            }
+        }
+    }
+}
+
+
+def test_with_checkpoints_in_a_bucket_no_claim_exists_and_no_pod_mounts_one() -> None:
+    built = job_children(S3_CHECKPOINTS)
+    assert "PersistentVolumeClaim" not in built
+    for template in pods(built["RayJob"]).values():
+        assert "checkpoints" not in {v["name"] for v in template["spec"]["volumes"]}
+        container = template["spec"]["containers"][0]
+        assert trainer_config.CHECKPOINT_MOUNT_PATH not in {m["mountPath"] for m in container["volumeMounts"]}
+        # Nothing else pins a pod to a node either.
+        assert "affinity" not in template["spec"] and "nodeName" not in template["spec"]
+
+
+def test_with_checkpoints_in_a_bucket_the_trainer_config_names_the_bucket_as_its_storage_path() -> None:
+    config = json.loads(job_children(S3_CHECKPOINTS)["ConfigMap"]["data"][trainer_config.CONFIG_KEY])
+    assert config["storagePath"] == "s3://ckpt/team-a"
+    assert config["spec"]["checkpoint"]["storage"]["s3"]["credentialsSecret"] == "ckpt-creds"
+
+
+@pytest.mark.parametrize("group", ["head", "worker"])
+def test_every_ray_container_gets_the_credentials_secrets_keys_by_reference_never_by_value(
+    group: str,
+) -> None:
+    container = pods(job_children(S3_CHECKPOINTS)["RayJob"])[group]["spec"]["containers"][0]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["TRAINOP_CHECKPOINT_S3_CREDENTIALS_SECRET"] == {
+        "name": "TRAINOP_CHECKPOINT_S3_CREDENTIALS_SECRET",
+        "value": "ckpt-creds",
+    }
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        # optional: a missing Secret must not hold the pod in CreateContainerConfigError; the trainer's
+        # start-up check reports it on status.storage instead
+        assert env[f"TRAINOP_CHECKPOINT_{key}"]["valueFrom"] == {
+            "secretKeyRef": {"name": "ckpt-creds", "key": key, "optional": True}
+        }
+        assert "value" not in env[f"TRAINOP_CHECKPOINT_{key}"]
+
+
+def test_without_a_credentials_secret_no_credential_variables_are_set() -> None:
+    spec = {"checkpoint": {"storage": {"s3": {"bucket": "ckpt"}}}}  # the pods' own identity (IRSA, ...)
+    for template in pods(job_children(spec)["RayJob"]).values():
+        names = {e["name"] for e in template["spec"]["containers"][0]["env"]}
+        assert not {n for n in names if n.startswith("TRAINOP_CHECKPOINT_")}
+
+
+def test_a_data_claim_is_mounted_read_only_at_data_in_every_worker_and_not_in_the_head() -> None:
+    built = job_children({"data": {"existingClaim": "imagenet", "subPath": "train"}})
+    head, worker = pods(built["RayJob"])["head"]["spec"], pods(built["RayJob"])["worker"]["spec"]
+    volumes = {v["name"]: v for v in worker["volumes"]}
+    assert volumes["data"]["persistentVolumeClaim"] == {"claimName": "imagenet", "readOnly": True}
+    mounts = {m["mountPath"]: m for m in worker["containers"][0]["volumeMounts"]}
+    assert mounts[trainer_config.DATA_MOUNT_PATH] == {
+        "name": "data",
+        "mountPath": "/data",
+        "readOnly": True,
+        "subPath": "train",
+    }
+    env = {e["name"]: e.get("value") for e in worker["containers"][0]["env"]}
+    assert env[trainer_config.DATA_DIR_ENV] == "/data"
+    assert "data" not in {v["name"] for v in head["volumes"]}
+
+
+def test_a_data_prefix_in_a_bucket_gives_workers_an_empty_dir_at_data_and_that_buckets_credentials() -> None:
+    spec = {"data": {"s3": {"bucket": "datasets", "prefix": "tokens", "credentialsSecret": "data-creds"}}}
+    worker = pods(job_children(spec)["RayJob"])["worker"]["spec"]
+    assert {v["name"]: v for v in worker["volumes"]}["data"] == {"name": "data", "emptyDir": {}}
+    env = {e["name"]: e for e in worker["containers"][0]["env"]}
+    assert env["TRAINOP_DATA_AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"]["name"] == "data-creds"
+    assert env["TRAINOP_DATA_S3_CREDENTIALS_SECRET"]["value"] == "data-creds"
+    assert not {n for n in env if n.startswith("TRAINOP_CHECKPOINT_")}  # checkpoints stay on the claim
+
+
 def test_workers_leave_a_lost_heads_gcs_within_a_minute_to_join_the_new_head() -> None:
     """KubeRay recreates a lost head and resubmits the job; its default keeps workers waiting for the dead
     GCS for 600 s (idle GPUs); the operator sets one minute on every worker, none on the head."""

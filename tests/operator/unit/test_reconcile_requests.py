@@ -245,3 +245,63 @@ async def test_a_namespace_being_deleted_ends_the_reconcile_quietly_with_nothing
     owner = fake.get_object("TrainingJob", "mlp")
     assert owner is not None and owner["status"]["phase"] == "Pending"
     assert not any(c["reason"] == "CreateFailed" for c in owner["status"]["conditions"])
+
+
+S3_CHECKPOINTS = {
+    "storage": {"s3": {"bucket": "ckpt", "prefix": "team-a", "endpoint": "http://s3.storage:9000"}}
+}
+
+
+def storage_ready(fake: FakeKube) -> tuple[str, str]:
+    owner = fake.get_object("TrainingJob", "mlp")
+    assert owner is not None
+    found = [c for c in owner["status"]["conditions"] if c["type"] == "StorageReady"]
+    return found[0]["status"], found[0]["reason"]
+
+
+def trainer_reports_storage(fake: FakeKube, *, ready: bool, reason: str, attempt: int = 1) -> dict[str, Any]:
+    """What the trainer's driver writes when an attempt starts (status.storage), the only other writer."""
+    owner = fake.get_object("TrainingJob", "mlp")
+    assert owner is not None
+    check = {
+        "location": "s3://ckpt/team-a/mlp",
+        "ready": ready,
+        "reason": reason,
+        "message": "s3://ckpt/team-a/mlp is writable." if ready else "The endpoint refused the credentials.",
+        "attempt": attempt,
+        "checked": "2026-03-01T12:00:05Z",
+    }
+    return fake.put({**owner, "status": {**owner["status"], "storage": check}})
+
+
+async def test_a_job_with_checkpoints_in_a_bucket_creates_its_rayjob_without_any_claim(
+    fake: FakeKube, operator: Operator
+) -> None:
+    new_job(fake, checkpoint=S3_CHECKPOINTS)
+    writes = await operator.reconcile()
+    assert not any("PersistentVolumeClaim" in w for w in writes)
+    assert writes[-1] == "create RayJob mlp-a1"
+    owner = fake.get_object("TrainingJob", "mlp")
+    assert owner is not None and "persistentVolumeClaim" not in owner["status"]["children"]
+    assert storage_ready(fake) == ("Unknown", "ObjectStorageUnchecked")
+
+
+@pytest.mark.parametrize(
+    ("ready", "reason", "expected"),
+    [(True, "Writable", ("True", "BucketWritable")), (False, "AccessDenied", ("False", "AccessDenied"))],
+    ids=["writable", "refused"],
+)
+async def test_the_trainers_check_of_the_bucket_wakes_the_operator_and_storage_ready_tells_it(
+    fake: FakeKube, operator: Operator, ready: bool, reason: str, expected: tuple[str, str]
+) -> None:
+    new_job(fake, checkpoint=S3_CHECKPOINTS)
+    await operator.reconcile()
+    # A check by an earlier attempt's driver is not this attempt's truth: no reconcile for it.
+    assert not engine.needs_reconcile(trainer_reports_storage(fake, ready=ready, reason=reason, attempt=0))
+    owner = trainer_reports_storage(fake, ready=ready, reason=reason)
+    assert engine.needs_reconcile(owner)  # a trainer-only status write, yet StorageReady must change
+    writes = await operator.reconcile()
+    assert "patch-status TrainingJob mlp" in writes
+    assert ("create Event mlp" in {w.split(".")[0] for w in writes}) == (not ready)  # a problem's Warning
+    assert storage_ready(fake) == expected
+    assert not engine.needs_reconcile(fake.get_object("TrainingJob", "mlp"))  # type: ignore[arg-type]

@@ -6,7 +6,7 @@ import operator_factories as factories
 import pytest
 from state_machine_cases import NOW, RFC, after, condition, decide, ray_job, seconds, with_status
 
-from trainop.api.trainingjob import Phase
+from trainop.api.trainingjob import Phase, StorageStatus
 from trainop.controller import conditions, observe, state_machine
 
 
@@ -102,3 +102,46 @@ def test_a_child_creation_error_from_the_last_reconcile_explains_the_stuck_phase
         factories.job(), claim=observe.ClaimPhase.MISSING, create_errors={"PersistentVolumeClaim": problem}
     )
     assert condition(transition, conditions.STORAGE_READY) == ("False", "QuotaExceeded", problem.message)
+
+
+# ------------------------------------------------------------------------------------ object storage
+def _reported(*, ready: bool, attempt: int, reason: str = "Writable", message: str = "ok") -> StorageStatus:
+    return StorageStatus(
+        location="s3://ckpt/team-a/mlp",
+        ready=ready,
+        reason=reason,
+        message=message,
+        attempt=attempt,
+        checked="2026-11-26T12:00:00Z",
+    )
+
+
+@pytest.mark.parametrize(
+    ("reported", "expected"),
+    [
+        (None, ("Unknown", "ObjectStorageUnchecked")),
+        (_reported(ready=True, attempt=1), ("Unknown", "ObjectStorageUnchecked")),  # an older attempt's
+        (_reported(ready=True, attempt=2), ("True", "BucketWritable")),
+        (
+            _reported(ready=False, attempt=2, reason="AccessDenied", message="refused the credentials"),
+            ("False", "AccessDenied"),
+        ),
+    ],
+    ids=["not-checked", "checked-by-an-earlier-attempt", "writable", "refused"],
+)
+def test_storage_ready_for_a_bucket_follows_the_current_attempts_start_up_check(
+    reported: StorageStatus | None, expected: tuple[str, str]
+) -> None:
+    desired = conditions.object_storage("s3://ckpt/team-a/mlp", reported, attempt=2)
+    assert (desired.type, desired.status, desired.reason) == (conditions.STORAGE_READY, *expected)
+    if expected[0] != "False":
+        assert "may run on any nodes" in desired.message
+    else:
+        assert desired.message == "refused the credentials"
+
+
+@pytest.mark.parametrize(
+    "reason", ["BucketNotFound", "AccessDenied", "CredentialsMissing", "EndpointUnreachable", "StorageError"]
+)
+def test_every_reason_of_a_failed_storage_check_is_a_problem_that_posts_a_warning(reason: str) -> None:
+    assert reason in conditions.PROBLEM_REASONS

@@ -96,6 +96,16 @@ def test_suspend_deletes_the_rayjob_keeps_the_other_children_and_cancels_a_pendi
     assert "mlp-ckpt" in condition(transition, conditions.SUSPENDED)[2]
 
 
+def test_a_suspended_job_with_checkpoints_in_a_bucket_says_they_stay_in_the_bucket() -> None:
+    s3 = {"bucket": "ckpt", "prefix": "team-a", "endpoint": "http://s3.storage:9000"}
+    body = factories.job(spec={"suspend": True, "checkpoint": {"storage": {"s3": s3}}})
+    owned = TrainingJobOperatorStatus(phase=Phase.RUNNING, attempt=1, start_time=RFC(NOW))
+    transition = decide(
+        {**accepted(body), "status": owned.to_wire()}, ray_job("mlp-a1", "RUNNING", "Running")
+    )
+    assert "checkpoints stay in s3://ckpt/team-a/mlp." in condition(transition, conditions.SUSPENDED)[2]
+
+
 def test_resume_starts_a_new_attempt_that_is_not_counted_as_a_restart_and_resets_the_deadline_clock() -> None:
     owned = TrainingJobOperatorStatus(
         phase=Phase.SUSPENDED, attempt=2, restarts=1, start_time=RFC(NOW - seconds(999))
