@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import json
 import os
@@ -249,9 +250,15 @@ def reconciles(metrics_port: int) -> dict[str, float]:
 
 # ------------------------------------------------------------------------------------------- burst
 async def burst(
-    plane: cluster.ControlPlane, num_jobs: int, concurrency: int, *, until_rayjobs: bool = False
+    plane: cluster.ControlPlane,
+    num_jobs: int,
+    concurrency: int,
+    *,
+    until_rayjobs: bool = False,
+    controller: processes.ManagedProcess | None = None,
 ) -> dict[str, Any]:
-    """The burst; ``until_rayjobs`` (the floor) ends it once every RayJob exists, not every Succeeded."""
+    """The burst; ``until_rayjobs`` (the floor) ends it once every RayJob exists, not every Succeeded.
+    Fails at once if ``controller`` (the operator or the floor) exits before the burst settled."""
     names = [f"job-{i:05d}" for i in range(num_jobs)]
     created_at: dict[str, float] = {}
     rayjob_at: dict[str, float] = {}
@@ -305,7 +312,14 @@ async def burst(
         await asyncio.gather(*(create(n) for n in names))
         created_all = loop.time() - started
         try:
-            await asyncio.wait_for(all_done.wait(), timeout=1800)
+            deadline = loop.time() + 1800
+            while not all_done.is_set():
+                if controller is not None and controller.popen.poll() is not None:
+                    raise RuntimeError(f"{controller.name} exited ({controller.popen.returncode}) mid-burst")
+                if loop.time() > deadline:
+                    raise TimeoutError(f"{len(done_at)} of {num_jobs} jobs settled in 1800 s")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(all_done.wait(), timeout=1.0)
         finally:
             await kube_async.cancel(follower)
             await kuberay.stop()
@@ -397,7 +411,9 @@ def run_one(
             before["operator"] = proc_stat(operator.pid)["cpu_s"]
             bench_cpu = time.process_time()
             timing_before = apiserver_seconds(plane)
-            result = asyncio.run(burst(plane, num_jobs, concurrency, until_rayjobs=variant.floor))
+            result = asyncio.run(
+                burst(plane, num_jobs, concurrency, until_rayjobs=variant.floor, controller=operator)
+            )
             timing_after = apiserver_seconds(plane)
             time.sleep(3.0)  # trailing reconciles after the last Succeeded
             counts, _ = count_audit(audit_log, offset)

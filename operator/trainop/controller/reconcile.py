@@ -307,6 +307,9 @@ class Reconciler:
         """The children this reconcile must write, and how; built only when needed (the ConfigMap holds
         the rendered trainer config, the RayJob the whole pod spec)."""
         writes: list[tuple[dict[str, Any], Write]] = []
+        # An owner with no attempt recorded yet is new: its children are almost surely absent, and a
+        # create is answered sooner than an apply (which reads before it writes); else they exist.
+        kept_in_line = Write.CREATE_OR_APPLY if read.stored_attempt == 0 else Write.APPLY
         claim = children.desired_pvc(resource)
         if claim is not None and read.claim is None:
             writes.append((claim, Write.CREATE))
@@ -314,11 +317,11 @@ class Reconciler:
             writes.append((claim, Write.ADOPT))
         attempt = transition.status.attempt
         if not await self._config_written(key, resource, attempt, read.stored_attempt, read.owner_uid):
-            writes.append((children.desired_configmap(resource, attempt), Write.APPLY))
+            writes.append((children.desired_configmap(resource, attempt), kept_in_line))
         for child in children.desired_rbac(resource):
             name = child["metadata"]["name"]
             if not self.own_writes.current(key, child["kind"], name, fingerprint=apply.fingerprint(child)):
-                writes.append((child, Write.APPLY))
+                writes.append((child, kept_in_line))
         if transition.create_ray_job and transition.ray_job not in {r.seen.name for r in read.ray_jobs}:
             writes.append((rayjob.desired_rayjob(resource, attempt), Write.CREATE))
         return writes
@@ -332,6 +335,8 @@ class Reconciler:
                 write = await apply.create(self._kube, manifest)
             elif how == Write.ADOPT:
                 write = await apply.adopt(self._kube, manifest)
+            elif how == Write.CREATE_OR_APPLY:
+                write = await apply.create_or_apply(self._kube, manifest)
             else:
                 write = await apply.server_side_apply(self._kube, manifest)
         except kube.ApiError as error:
@@ -343,7 +348,7 @@ class Reconciler:
         if kind == "ConfigMap":
             fingerprint = f"attempt {manifest['metadata']['annotations'][kinds.ANNOTATION_ATTEMPT]}"
         else:
-            fingerprint = apply.fingerprint(manifest) if how == Write.APPLY else ""
+            fingerprint = apply.fingerprint(manifest) if how in (Write.APPLY, Write.CREATE_OR_APPLY) else ""
         self.own_writes.record(
             key, kind, name, own_writes.Record(write.uid, write.resource_version, fingerprint)
         )
@@ -355,6 +360,7 @@ class Write(enum.Enum):
 
     CREATE = "create"
     APPLY = "apply"
+    CREATE_OR_APPLY = "create-or-apply"
     ADOPT = "adopt"
 
 
