@@ -1,66 +1,117 @@
 """The claim scripts of `kubectl trainop checkpoints` and `restart --from-step` on checkpoints the trainer
-itself wrote (``trainop_trainer.checkpoint.write``): the listing reads its manifests, and what the
-set-aside leaves is what the trainer's own lookup resumes from and its pruning never touches."""
+itself wrote (``trainop_trainer.checkpointer.Checkpointer`` over torch.distributed.checkpoint, in this
+process as a world of one): the listing reads their manifests, an interrupted write is shown as such and is
+never a resume point, and what the set-aside leaves is what the trainer's own lookup resumes from and its
+pruning never touches. Nothing is mocked."""
 
 from __future__ import annotations
 
+import datetime
 import pathlib
 import subprocess
 import sys
+from collections.abc import Iterator
 
+import pytest
 import torch
+import torch.distributed as dist
 
 from trainop.plugin import checkpoints
-from trainop_trainer import checkpoint
+from trainop_trainer import config, distributed, run_record, stateful
+from trainop_trainer.checkpoint_store import CheckpointStore
+from trainop_trainer.checkpointer import Checkpointer
+
+
+@pytest.fixture(scope="module", autouse=True)
+def world_of_one() -> Iterator[None]:
+    dist.init_process_group(
+        "gloo",
+        rank=0,
+        world_size=1,
+        init_method=f"tcp://127.0.0.1:{distributed.free_port()}",
+        timeout=datetime.timedelta(seconds=60),
+    )
+    yield
+    dist.destroy_process_group()
 
 
 def write_three(root: pathlib.Path) -> None:
+    ctx = distributed.WorkerContext(
+        rank=0,
+        world_size=1,
+        local_rank=0,
+        local_world_size=1,
+        node_rank=0,
+        device=torch.device("cpu"),
+        backend="gloo",
+    )
+    model = torch.nn.Linear(64, 32)
+    checkpointer = Checkpointer(
+        root=root,
+        ctx=ctx,
+        keep_last=10,
+        record=run_record.RunRecord(paths=config.RunPaths(run_dir=root.parent), launch_id="t", is_rank0=True),
+    )
+    checkpointer.register("model", stateful.ModelState(model))
     for step, loss in ((100, 0.9), (200, 0.5), (300, 0.4)):
-        checkpoint.write(
-            root,
-            step=step,
-            epoch=step // 100,
-            world_size=2,
-            payload={"model.pt": {"w": torch.ones(256)}, "optimizer.pt": {"m": torch.zeros(128)}},
-            metrics={"loss": loss},
-        )
+        checkpointer.save(step=step, epoch=step // 100, progress={}, metrics={"loss": loss}, wait=True)
+    checkpointer.close()
 
 
-def run(script: str, *args: str) -> str:
-    return subprocess.run(
-        [sys.executable, "-c", script, *args], capture_output=True, text=True, check=True, timeout=60
-    ).stdout
+def run(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=60)
 
 
 def test_the_listing_reads_step_epoch_time_size_and_loss_from_the_trainers_manifests(
     tmp_path: pathlib.Path,
 ) -> None:
-    write_three(tmp_path)
-    rows = checkpoints.parse(run(checkpoints.LIST_SCRIPT, str(tmp_path)))
+    root = tmp_path / "checkpoints"
+    write_three(root)
+    rows = checkpoints.parse(run(checkpoints.LIST_SCRIPT, str(root)).stdout)
     assert [(r.step, r.epoch, r.loss, r.state) for r in rows] == [
         (100, 1, 0.9, "ok"),
         (200, 2, 0.5, "ok"),
         (300, 3, 0.4, "ok"),
     ]
-    on_disk = sum(f.stat().st_size for f in (tmp_path / "step_200").iterdir() if f.name != "manifest.json")
+    step_200 = root / "step_200"
+    on_disk = sum(f.stat().st_size for f in step_200.iterdir() if f.name != "manifest.json")
+    assert on_disk > 64 * 32 * 4  # the weights are in there
     assert rows[1].bytes == on_disk
-    assert rows[1].time == checkpoint.verify(tmp_path / "step_200").time
+    assert rows[1].time == CheckpointStore(root).validate(step_200).time
+
+
+def test_an_interrupted_write_is_listed_as_incomplete_and_never_chosen_to_resume_from(
+    tmp_path: pathlib.Path,
+) -> None:
+    root = tmp_path / "checkpoints"
+    write_three(root)
+    (root / "step_200" / ".metadata").unlink()  # as if the writer died before DCP committed
+    rows = checkpoints.parse(run(checkpoints.LIST_SCRIPT, str(root)).stdout)
+    assert [(r.step, r.state) for r in rows] == [(100, "ok"), (200, "incomplete"), (300, "ok")]
+    assert "incomplete" in checkpoints.table(rows)
+    done = run(checkpoints.SET_ASIDE_SCRIPT, str(root), "250", "20260301T120000Z")
+    assert done.returncode == 0, done.stderr
+    assert checkpoints.parse_set_aside(done.stdout) == {"resume": 100, "setAside": [300]}
+    refused = run(checkpoints.SET_ASIDE_SCRIPT, str(root), "99", "20260301T120001Z")
+    assert refused.returncode == 3
+    assert "no complete checkpoint at or before step 99" in refused.stdout
 
 
 def test_after_set_aside_the_trainer_resumes_from_the_chosen_step_and_keeps_the_others(
     tmp_path: pathlib.Path,
 ) -> None:
-    write_three(tmp_path)
-    out = run(checkpoints.SET_ASIDE_SCRIPT, str(tmp_path), "250", "20260301T120000Z")
-    assert checkpoints.parse_set_aside(out) == {"resume": 200, "setAside": [300]}
-    saved = checkpoint.find_latest_valid(tmp_path)
+    root = tmp_path / "checkpoints"
+    write_three(root)
+    done = run(checkpoints.SET_ASIDE_SCRIPT, str(root), "250", "20260301T120000Z")
+    assert checkpoints.parse_set_aside(done.stdout) == {"resume": 200, "setAside": [300]}
+    saved = CheckpointStore(root).newest_valid()
     assert saved is not None and saved.step == 200  # what the next attempt resumes from
     # Training on writes step 300 again; keep-last pruning only ever sees step_<N> directories.
-    write_three(tmp_path)
-    checkpoint.prune(tmp_path, keep_last=1)
-    names = sorted(p.name for p in tmp_path.iterdir())
+    write_three(root)
+    CheckpointStore(root).prune(keep_last=1)
+    names = sorted(p.name for p in root.iterdir())
     assert names == ["step_300", "step_300.set-aside-20260301T120000Z"]
-    listed = checkpoints.parse(run(checkpoints.LIST_SCRIPT, str(tmp_path)))
+    listed = checkpoints.parse(run(checkpoints.LIST_SCRIPT, str(root)).stdout)
     assert [(r.dir, r.state) for r in listed] == [
         ("step_300", "ok"),
         ("step_300.set-aside-20260301T120000Z", "set"),

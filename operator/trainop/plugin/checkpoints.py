@@ -36,10 +36,29 @@ CLAIM_POD_MANAGER = "trainop-kubectl"
 CLAIM_POD_DEADLINE_SECONDS = 300
 SET_ASIDE_SUFFIX = ".set-aside-"
 
+# Both scripts know the trainer's layout (trainop_trainer.checkpoint_store) without importing it: a
+# directory step_<N> is a checkpoint once it is committed, that is DCP's ".metadata" is there (format 2)
+# or its manifest says format 1 (format 1 wrote the manifest last).
+# tests/trainer/test_plugin_checkpoint_format.py runs them on checkpoints the trainer's Checkpointer wrote.
+_COMMITTED = r"""
+def committed(path):
+    if os.path.isfile(os.path.join(path, ".metadata")):
+        return True
+    try:
+        with open(os.path.join(path, "manifest.json")) as file:
+            return json.load(file).get("format") == 1
+    except (OSError, ValueError):
+        return False
+"""
+
 # argv[1]: the run's checkpoints directory. Prints one JSON list: every step_<N> (and set-aside or corrupt
-# directory) with what its manifest says and its size in bytes.
-LIST_SCRIPT = r"""
+# directory) with what its manifest says and its size in bytes (every file but the manifest).
+LIST_SCRIPT = (
+    r"""
 import json, os, re, sys
+"""
+    + _COMMITTED
+    + r"""
 root = sys.argv[1]
 out = []
 names = sorted(os.listdir(root)) if os.path.isdir(root) else []
@@ -50,32 +69,38 @@ for name in names:
         continue
     state = match.group(2).lstrip(".").split("-")[0] or "ok"
     row = {"dir": name, "step": int(match.group(1)), "state": state}
+    row["bytes"] = sum(
+        os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs if f != "manifest.json"
+    )
     try:
         with open(os.path.join(path, "manifest.json")) as file:
             manifest = json.load(file)
-        files = manifest.get("files", {}).values()
         row.update(epoch=manifest.get("epoch"), time=manifest.get("time"))
         row["metrics"] = manifest.get("metrics", {})
-        row["bytes"] = sum(int(f.get("bytes", 0)) for f in files)
     except (OSError, ValueError):
-        row["bytes"] = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
-        if row["state"] == "ok":
-            row["state"] = "no-manifest"
+        manifest = None
+    if row["state"] == "ok" and not committed(path):
+        row["state"] = "incomplete" if manifest is not None else "no-manifest"
     out.append(row)
 print(json.dumps(out))
 """
+)
 
 # argv[1]: the checkpoints directory, argv[2]: the step to resume from, argv[3]: a stamp. Renames every
-# step_<N> with N > step; fails (exit 3) when no complete checkpoint at or before the step exists.
-SET_ASIDE_SCRIPT = r"""
+# step_<N> with N > step; fails (exit 3) when no committed checkpoint at or before the step exists.
+SET_ASIDE_SCRIPT = (
+    r"""
 import json, os, re, sys
+"""
+    + _COMMITTED
+    + r"""
 root, keep, stamp = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 steps = {}
 for name in os.listdir(root) if os.path.isdir(root) else []:
     match = re.match(r"^step_(\d+)$", name)
     if match:
         steps[int(match.group(1))] = name
-usable = [s for s in steps if s <= keep and os.path.isfile(os.path.join(root, steps[s], "manifest.json"))]
+usable = [s for s in steps if s <= keep and committed(os.path.join(root, steps[s]))]
 if not usable:
     print(json.dumps({"error": "no complete checkpoint at or before step %d" % keep, "steps": sorted(steps)}))
     sys.exit(3)
@@ -85,6 +110,7 @@ for step in sorted(s for s in steps if s > keep):
     moved.append(step)
 print(json.dumps({"resume": max(usable), "setAside": moved}))
 """
+)
 
 
 class ClaimUnreadable(target_module.TargetError):
@@ -95,7 +121,7 @@ class ClaimUnreadable(target_module.TargetError):
 class Row:
     dir: str
     step: int
-    state: str  # ok | corrupt | set | no-manifest
+    state: str  # ok | corrupt | set | incomplete | no-manifest
     epoch: int | None = None
     time: str | None = None
     bytes: int | None = None
@@ -146,6 +172,7 @@ def table(rows: list[Row]) -> str:
 _STATES = {
     "corrupt": "corrupt: set aside by the trainer",
     "set": "set aside by restart --from-step",
+    "incomplete": "incomplete: an interrupted write (no DCP metadata)",
     "no-manifest": "incomplete: no manifest",
 }
 
