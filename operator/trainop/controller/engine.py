@@ -82,7 +82,7 @@ class Engine:
             return
         self.owner_metrics.observe(kind, body)
         if event_type is None or needs_reconcile(body):
-            self.queue.add(key, new=not (body.get("status") or {}).get("phase"))
+            self.queue.add(key)
 
     def child_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
         meta = body["metadata"]

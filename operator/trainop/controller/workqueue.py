@@ -4,10 +4,6 @@
 - A key is never processed by two workers at once: a key added while it is being processed is marked
   dirty and queued again when its worker calls :meth:`done`.
 - :meth:`add_after` schedules a key (restart backoff, deadlines, TTLs); the earliest schedule wins.
-- A key added with ``new=True`` (an owner no reconcile has seen yet) is served before the others, so
-  that a burst of new owners is not queued behind the status updates of the ones before it; a key
-  re-queued by :meth:`done` or :meth:`add_after` is not new. Under an endless stream of new owners the
-  others wait: the engine marks new only owners without a recorded phase, which one reconcile ends.
 - :meth:`retry_delay` gives per-key exponential backoff after errors; :meth:`forget` resets it.
 
 Nothing here needs to survive the process: every deadline it holds is derived from owner status (for
@@ -32,7 +28,6 @@ class ShutDown(Exception):
 class WorkQueue(Generic[K]):
     def __init__(self, *, base_delay: float = 0.5, max_delay: float = 60.0) -> None:
         self._ready: collections.deque[K] = collections.deque()
-        self._new: collections.deque[K] = collections.deque()  # served before _ready
         self._queued: set[K] = set()
         self._processing: set[K] = set()
         self._dirty: set[K] = set()
@@ -44,9 +39,9 @@ class WorkQueue(Generic[K]):
         self._max_delay = max_delay
 
     def __len__(self) -> int:
-        return len(self._ready) + len(self._new)
+        return len(self._ready)
 
-    def add(self, key: K, *, new: bool = False) -> None:
+    def add(self, key: K) -> None:
         if self._shut_down:
             return
         if key in self._processing:
@@ -55,7 +50,7 @@ class WorkQueue(Generic[K]):
         if key in self._queued:
             return
         self._queued.add(key)
-        (self._new if new else self._ready).append(key)
+        self._ready.append(key)
         self._wakeup.set()
 
     def add_after(self, key: K, delay: float) -> None:
@@ -76,14 +71,14 @@ class WorkQueue(Generic[K]):
         self.add(key)
 
     async def get(self) -> K:
-        while not self._ready and not self._new:
+        while not self._ready:
             if self._shut_down:
                 raise ShutDown
             self._wakeup.clear()
             await self._wakeup.wait()
         if self._shut_down:
             raise ShutDown
-        key = (self._new or self._ready).popleft()
+        key = self._ready.popleft()
         self._queued.discard(key)
         self._processing.add(key)
         return key

@@ -95,18 +95,3 @@ async def test_shut_down_wakes_waiting_workers_with_shutdown() -> None:
         await asyncio.wait_for(getter, 1)
     queue.add("late")
     assert len(queue) == 0
-
-
-async def test_a_new_key_is_served_before_keys_queued_earlier_but_a_requeued_one_is_not_new() -> None:
-    queue: workqueue.WorkQueue[str] = workqueue.WorkQueue()
-    queue.add("old-1")
-    queue.add("old-2")
-    queue.add("new-1", new=True)
-    queue.add("old-1", new=True)  # queued already: keeps its place
-    queue.add("new-2", new=True)
-    assert len(queue) == 4
-    first = await queue.get()
-    assert first == "new-1"
-    queue.add("new-1", new=True)  # while processing: dirty, queued again on done() as not new
-    queue.done(first)
-    assert await drain(queue) == ["new-2", "old-1", "old-2", "new-1"]
