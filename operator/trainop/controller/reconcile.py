@@ -18,7 +18,9 @@
    ConfigMap when it was not written for this attempt (a running attempt's config never changes under
    it: mutable spec changes reach the next one; it is not watched, so an owner's first reconcile in a
    process reads it: the one child read); ServiceAccount, Role and RoleBinding unless this process
-   applied the same manifest and saw no other change of them since (``own_writes``).
+   applied the same manifest and saw no other change of them since (``own_writes``). Those four are
+   server-side applied, except an owner's with no attempt recorded yet: created (a POST is answered
+   sooner than an apply under a burst), a 409 AlreadyExists then applied.
 
 Writing the status before acting on it makes every crash window safe: a restarted operator reads the
 recorded intent (a failure, a new attempt number) and repeats the same idempotent actions. What is written
