@@ -13,9 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
-from cluster_api import Api, wait_for
-
-from trainop.controller import apply as apply_module
+from cluster_api import Api, contains, wait_for
 
 pytestmark = pytest.mark.controlplane
 
@@ -85,7 +83,7 @@ def test_render_prints_exactly_the_objects_the_operator_creates_for_attempt_1(
     for obj in rendered:
         stored = api.get(path_of(api, namespace, obj["kind"], obj["metadata"]["name"]))
         assert stored is not None
-        assert apply_module.contains(stored, obj), difference(stored, obj)
+        assert contains(stored, obj), difference(stored, obj)
 
 
 def difference(stored: dict[str, Any], rendered: dict[str, Any]) -> str:
