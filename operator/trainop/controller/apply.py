@@ -81,18 +81,6 @@ async def create(client: kube.Kube, manifest: Mapping[str, Any]) -> Write:
     return Write(kind, name, Written.CREATED, created)
 
 
-async def create_or_apply(client: kube.Kube, manifest: Mapping[str, Any]) -> Write:
-    """A child kept in line that is most likely absent (a new owner's): created, or applied if it exists."""
-    kind, name = manifest["kind"], manifest["metadata"]["name"]
-    try:
-        created = await client.create(kube.BY_KIND[kind], manifest["metadata"]["namespace"], manifest)
-    except kube.ApiError as error:
-        if error.status != 409 or error.reason != "AlreadyExists":
-            raise
-        return await server_side_apply(client, manifest)
-    return Write(kind, name, Written.CREATED, created)
-
-
 async def server_side_apply(client: kube.Kube, manifest: Mapping[str, Any]) -> Write:
     kind, name = manifest["kind"], manifest["metadata"]["name"]
     stored = await client.apply(kube.BY_KIND[kind], manifest["metadata"]["namespace"], manifest)

@@ -18,9 +18,7 @@
    ConfigMap when it was not written for this attempt (a running attempt's config never changes under
    it: mutable spec changes reach the next one; it is not watched, so an owner's first reconcile in a
    process reads it: the one child read); ServiceAccount, Role and RoleBinding unless this process
-   applied the same manifest and saw no other change of them since (``own_writes``). Those four are
-   server-side applied, except an owner's with no attempt recorded yet: created (a POST is answered
-   sooner than an apply under a burst), a 409 AlreadyExists then applied.
+   applied the same manifest and saw no other change of them since (``own_writes``).
 
 Writing the status before acting on it makes every crash window safe: a restarted operator reads the
 recorded intent (a failure, a new attempt number) and repeats the same idempotent actions. What is written
@@ -309,9 +307,6 @@ class Reconciler:
         """The children this reconcile must write, and how; built only when needed (the ConfigMap holds
         the rendered trainer config, the RayJob the whole pod spec)."""
         writes: list[tuple[dict[str, Any], Write]] = []
-        # An owner with no attempt recorded yet is new: its children are almost surely absent, and a
-        # create is answered sooner than an apply (which reads before it writes); else they exist.
-        kept_in_line = Write.CREATE_OR_APPLY if read.stored_attempt == 0 else Write.APPLY
         claim = children.desired_pvc(resource)
         if claim is not None and read.claim is None:
             writes.append((claim, Write.CREATE))
@@ -319,11 +314,11 @@ class Reconciler:
             writes.append((claim, Write.ADOPT))
         attempt = transition.status.attempt
         if not await self._config_written(key, resource, attempt, read.stored_attempt, read.owner_uid):
-            writes.append((children.desired_configmap(resource, attempt), kept_in_line))
+            writes.append((children.desired_configmap(resource, attempt), Write.APPLY))
         for child in children.desired_rbac(resource):
             name = child["metadata"]["name"]
             if not self.own_writes.current(key, child["kind"], name, fingerprint=apply.fingerprint(child)):
-                writes.append((child, kept_in_line))
+                writes.append((child, Write.APPLY))
         if transition.create_ray_job and transition.ray_job not in {r.seen.name for r in read.ray_jobs}:
             writes.append((rayjob.desired_rayjob(resource, attempt), Write.CREATE))
         return writes
@@ -337,8 +332,6 @@ class Reconciler:
                 write = await apply.create(self._kube, manifest)
             elif how == Write.ADOPT:
                 write = await apply.adopt(self._kube, manifest)
-            elif how == Write.CREATE_OR_APPLY:
-                write = await apply.create_or_apply(self._kube, manifest)
             else:
                 write = await apply.server_side_apply(self._kube, manifest)
         except kube.ApiError as error:
@@ -350,7 +343,7 @@ class Reconciler:
         if kind == "ConfigMap":
             fingerprint = f"attempt {manifest['metadata']['annotations'][kinds.ANNOTATION_ATTEMPT]}"
         else:
-            fingerprint = apply.fingerprint(manifest) if how in (Write.APPLY, Write.CREATE_OR_APPLY) else ""
+            fingerprint = apply.fingerprint(manifest) if how == Write.APPLY else ""
         self.own_writes.record(
             key, kind, name, own_writes.Record(write.uid, write.resource_version, fingerprint)
         )
@@ -362,7 +355,6 @@ class Write(enum.Enum):
 
     CREATE = "create"
     APPLY = "apply"
-    CREATE_OR_APPLY = "create-or-apply"
     ADOPT = "adopt"
 
 

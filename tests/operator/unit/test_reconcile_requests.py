@@ -19,18 +19,10 @@ from trainop.controller import engine, kinds, kube, reconcile
 
 NOW = datetime.datetime(2026, 3, 1, 12, 0, 0, tzinfo=datetime.UTC)
 KEY = reconcile.OwnerKey("TrainingJob", "team-a", "mlp")
-#: Written beside the owner's status: they depend on nothing it records. A new owner's are created.
-BESIDE_STATUS = {"create ServiceAccount mlp-trainer", "create Role mlp-trainer"}
+#: Written beside the owner's status: they depend on nothing it records.
+BESIDE_STATUS = {"apply ServiceAccount mlp-trainer", "apply Role mlp-trainer"}
 #: Written after the status: they depend on the accepted spec or the attempt it records.
 AFTER_STATUS = {
-    "create PersistentVolumeClaim mlp-ckpt",
-    "create ConfigMap mlp-trainer",
-    "create RoleBinding mlp-trainer",
-}
-#: The same children of an owner that recorded an attempt already: applied (they most likely exist).
-APPLIED = {
-    "apply ServiceAccount mlp-trainer",
-    "apply Role mlp-trainer",
     "create PersistentVolumeClaim mlp-ckpt",
     "apply ConfigMap mlp-trainer",
     "apply RoleBinding mlp-trainer",
@@ -102,7 +94,7 @@ async def test_a_new_job_records_its_intent_before_every_child_that_depends_on_i
     assert fake.before("patch TrainingJob mlp", "patch-status TrainingJob mlp")
     # ...before what depends on them; the RoleBinding after its Role (RBAC's escalation check reads it).
     assert all(fake.before("patch-status TrainingJob mlp", child) for child in AFTER_STATUS)
-    assert fake.before("create Role mlp-trainer", "create RoleBinding mlp-trainer")
+    assert fake.before("apply Role mlp-trainer", "apply RoleBinding mlp-trainer")
     # The RayJob last, once everything its pods need is in place.
     assert all(fake.before(w, "create RayJob mlp-a1") for w in writes if w != "create RayJob mlp-a1")
     # What depends on nothing the status records does not wait for it: read, owner writes (the
@@ -130,25 +122,6 @@ async def test_a_status_write_that_fails_leaves_every_child_that_depends_on_it_u
     assert not set(fake.writes()) & (AFTER_STATUS | {"create RayJob mlp-a1"})
     # Only what is the same whatever the status says was written beside it.
     assert set(fake.writes()) == {"patch TrainingJob mlp", "patch-status TrainingJob mlp", *BESIDE_STATUS}
-
-
-async def test_a_new_jobs_child_found_in_place_already_is_applied_after_its_create_is_refused(
-    fake: FakeKube, operator: Operator
-) -> None:
-    new_job(fake)
-    fake.put(
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": "mlp-trainer", "namespace": "team-a"},
-            "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}],
-        }
-    )
-    await operator.reconcile()
-    assert fake.before("create Role mlp-trainer", "apply Role mlp-trainer")  # 409, then brought in line
-    assert fake.before("apply Role mlp-trainer", "create RoleBinding mlp-trainer")
-    role = fake.get_object("Role", "mlp-trainer")
-    assert role is not None and role["rules"][0]["resourceNames"] == ["mlp"]
 
 
 async def test_a_reconcile_that_finds_everything_in_place_reads_the_owner_and_writes_nothing(
@@ -211,7 +184,7 @@ async def test_a_crash_after_the_status_write_is_finished_by_the_next_reconcile_
     operator.restart()
     writes = await operator.reconcile()
     assert "patch-status TrainingJob mlp" not in writes  # the intent was recorded already: nothing to add
-    assert sorted(writes) == sorted([*APPLIED, "create RayJob mlp-a1"])
+    assert sorted(writes) == sorted([*BESIDE_STATUS, *AFTER_STATUS, "create RayJob mlp-a1"])
     assert all(fake.before(w, "create RayJob mlp-a1") for w in writes if w != "create RayJob mlp-a1")
     owner = fake.get_object("TrainingJob", "mlp")
     assert owner is not None and owner["status"]["attempt"] == 1
