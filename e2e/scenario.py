@@ -170,6 +170,24 @@ class Scenario:
             json.dumps({"spec": patch}),
         )
 
+    def wait_for_object(
+        self, resource: str, name: str, predicate: Callable[[Obj], bool], *, timeout_s: float, what: str
+    ) -> Obj:
+        """``kubectl get`` of one object of the namespace, again every second until ``predicate`` holds."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found = self.cluster.kubectl(
+                "get", resource, name, "-n", self.namespace, "-o", "json", check=False
+            )
+            obj: Obj = json.loads(found.stdout) if found.returncode == 0 else {}
+            if obj and predicate(obj):
+                return obj
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"timed out after {timeout_s:.0f}s waiting for {what}: {obj or found.stderr}"
+                )
+            time.sleep(1)
+
     def wait_until_no_ray_pods(self, *, timeout_s: float) -> int:
         """Wait until the namespace has no Ray pod left (KubeRay deleted the cluster); returns how many are
         left at the end (0, or the count when the time ran out)."""

@@ -20,7 +20,7 @@ from e2e.scenario import Scenario, ScriptRun, acts, phase
 pytestmark = pytest.mark.e2e
 
 MANIFESTS = Path(__file__).parent / "manifests"
-START_TIMEOUT_S = 300
+START_TIMEOUT_S = 420  # apply -> Running: 3 Ray pods on 2 shared cores (KubeRay probes time out under load)
 RUN_TIMEOUT_S = 600
 LONG_STEPS: int = yaml.safe_load((MANIFESTS / "mlp-long.yaml").read_text())["spec"]["hyperparameters"][
     "maxSteps"
@@ -102,8 +102,15 @@ def act_apply_a_job_wider_than_a_node(run: Scenario) -> dict[str, Any]:
     reported = run.wait_for(
         cluster_problem(("Unschedulable",)), timeout_s=START_TIMEOUT_S, what="RayClusterReady Unschedulable"
     )
+    # The pods that fit are placed (and the claim's node chosen) around the same time: wait for the claim.
+    claim = run.wait_for_object(
+        "pvc",
+        run.claim,
+        lambda obj: "volume.kubernetes.io/selected-node" in obj["metadata"].get("annotations", {}),
+        timeout_s=120,
+        what="the claim's node chosen by the scheduler",
+    )
     pods = run.cluster.kubectl_json("get", "pods", "-n", run.namespace, "-l", "ray.io/is-ray-node=yes")
-    claim = run.cluster.kubectl_json("get", "pvc", run.claim, "-n", run.namespace)
     return {"reported": reported, "pods": pods["items"], "claim": claim}
 
 
@@ -185,15 +192,17 @@ def act_delete_the_head_pod(run: Scenario) -> dict[str, Any]:
 
 
 @acts(act_delete_the_head_pod)
-def test_a_lost_head_pod_ends_the_attempt_and_the_next_one_resumes_from_the_checkpoint(
+def test_a_lost_head_pod_is_replaced_by_kuberay_and_the_job_resumes_from_the_checkpoint(
     e2e_script: ScriptRun,
 ) -> None:
+    """KubeRay recreates the head and, in HTTPMode, submits the job again to it; the workers leave the dead
+    GCS within a minute (the operator's setting, not KubeRay's ten) and join the new head. The attempt goes
+    on: nothing failed from the operator's point of view, and training resumed from the checkpoint."""
     run, facts = e2e_script.outcome()
     final = facts["final"]
     assert phase(final) == "Succeeded", status(final)
     s = status(final)
-    assert s["attempt"] == 2 and s["restarts"] == 1, s
-    assert [f["attempt"] for f in s["failures"]] == [1], s["failures"]
+    assert s["attempt"] == 1 and s["restarts"] == 0 and not s.get("failures"), s
     assert s["progress"]["step"] == LONG_STEPS
     resumed = resumes(run)
     assert resumed and resumed[-1]["step"] >= facts["before"], (facts["before"], resumed)

@@ -8,6 +8,7 @@ timeline.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import yaml
 
 from e2e import scenario as scenario_module
 from e2e.scenario import Scenario, ScriptRun, acts, phase
+from tests import kuberay_lifecycle
 
 pytestmark = pytest.mark.e2e
 
@@ -61,6 +63,21 @@ KUBERAY_LIFECYCLE = [
     ("Running", "PENDING"),
     ("Running", "RUNNING"),
 ]
+
+
+def assert_matches_kuberay_recording(run: Scenario, ray_job: str, outcome: str) -> None:
+    """What the real KubeRay wrote on ``ray_job``, as the operator reads it, is what the recording says
+    (tests/kuberay_lifecycle.py: the same recording holds the operator tier's stand-in to it). With
+    E2E_RECORD_KUBERAY_LIFECYCLE=1 the observation becomes the recording instead."""
+    assert run.ray_jobs is not None
+    statuses = [
+        s.obj.get("status") or {} for s in run.ray_jobs.samples if s.obj["metadata"]["name"] == ray_job
+    ]
+    observed = kuberay_lifecycle.observe(statuses)
+    if os.environ.get(kuberay_lifecycle.RECORD_ENV):
+        kuberay_lifecycle.record(outcome, observed)
+        return
+    assert not kuberay_lifecycle.differences(observed, kuberay_lifecycle.golden()[outcome]), observed
 
 
 def assert_kuberay_lifecycle(states: list[tuple[str, str]], end: tuple[str, str]) -> None:
@@ -115,14 +132,16 @@ def test_cpu_trainingjob_runs_to_succeeded_with_progress_reported_by_its_own_ser
     states = run.ray_job_states()
     assert list(states) == [run.ray_job(1)], states
     assert_kuberay_lifecycle(states[run.ray_job(1)], ("Complete", "SUCCEEDED"))
+    assert_matches_kuberay_recording(run, run.ray_job(1), "succeeded")
     assert_final_checkpoint_on_claim(run, final)
 
-    # Who wrote what. managedFields: the trainer's field manager owns progress/checkpoint/network of the
-    # status subresource, the operator's owns phase and the rest, and neither owns the other's fields.
+    # Who wrote what. managedFields: the trainer's field manager owns progress/checkpoint/network/cost of
+    # the status subresource (evaluation, profile, communication and tracking only when asked for), the
+    # operator's owns phase and the rest, and neither owns the other's fields.
     stored = run.get()
     trainer_fields = scenario_module.managed_status_fields(stored, "trainop-trainer")
     operator_fields = scenario_module.managed_status_fields(stored, "trainop")
-    assert trainer_fields == {"progress", "checkpoint", "network"}, trainer_fields
+    assert trainer_fields == {"progress", "checkpoint", "network", "cost"}, trainer_fields
     assert {"phase", "attempt", "conditions"} <= operator_fields, operator_fields
     assert not operator_fields & trainer_fields, (operator_fields, trainer_fields)
 
@@ -207,6 +226,7 @@ def test_failed_rayjob_is_retried_as_attempt_2_which_resumes_from_the_checkpoint
     assert list(states) == [run.ray_job(1), run.ray_job(2)], states
     assert_kuberay_lifecycle(states[run.ray_job(1)], ("Failed", "FAILED"))
     assert_kuberay_lifecycle(states[run.ray_job(2)], ("Complete", "SUCCEEDED"))
+    assert_matches_kuberay_recording(run, run.ray_job(1), "failed")
 
     # Attempt 2 continued from the checkpoint: every step it reported is at or past the checkpoint that
     # status showed when attempt 1 failed (a restart from zero would report small steps first).

@@ -18,13 +18,22 @@ NVLink multicast stays off (``NCCL_NVLS_ENABLE=0`` and its PyTorch/NVSHMEM count
 
 ``--no-ddp-at-1`` skips the DDP wrapper when the world size is 1 (what a single-GPU script would do), to
 see what DDP's reducer and graph splitting cost on one GPU.
+
+``--trace-steps N --trace-dir DIR`` (issue #21): after the timed steps of ``--trace-workload`` (default
+``resnet50``), N more steps under ``torch.profiler`` (CPU and CUDA), each inside a ``bare.step#k`` range,
+written like the trainer's window (``trainop_trainer.bench_hooks``): ``DIR/rank<r>.trace.json.gz`` and
+``DIR/rank<r>.env.json``, for ``trace_summary.py``. ``--device-index I`` runs on ``cuda:I`` whatever the
+local rank (the suite's compile warmer fills the Inductor cache for the second GPU that way).
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
+import pathlib
+import shutil
 import time
 from collections.abc import Callable
 from typing import Any
@@ -109,6 +118,8 @@ def run_one(
     steps: int,
     no_ddp_at_1: bool,
     compile_: bool = True,
+    trace_steps: int = 0,
+    trace_dir: pathlib.Path | None = None,
 ) -> dict[str, Any]:
     model, batches, loss_fn, make_optimizer = build(name, device)
     use_ddp = not (no_ddp_at_1 and world_size == 1)
@@ -134,6 +145,18 @@ def run_one(
     loss = torch.zeros((), device=device)
     start = 0.0
     first_step_s = 0.0
+
+    def step(i: int) -> torch.Tensor:
+        inputs, targets = batches[i % len(batches)]
+        with torch.profiler.record_function("bare.forward_backward"):
+            with torch.autocast(device_type=device.type, dtype=dtype):
+                loss = loss_fn(train_model(inputs), targets)
+            loss.backward()
+        with torch.profiler.record_function("bare.optimizer"):
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        return loss
+
     for i in range(warmup + steps):
         if i == 1:
             sync()
@@ -141,14 +164,14 @@ def run_one(
         if i == warmup:
             sync()
             start = time.perf_counter()
-        inputs, targets = batches[i % len(batches)]
-        with torch.autocast(device_type=device.type, dtype=dtype):
-            loss = loss_fn(train_model(inputs), targets)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        loss = step(i)
     sync()
     seconds = time.perf_counter() - start
+    if trace_steps and trace_dir is not None:
+        try:
+            trace(step, first=warmup + steps, count=trace_steps, device=device, directory=trace_dir)
+        except Exception as exc:  # the timed result stands; the next workloads still run
+            print(f"bare_ddp: trace of {name} not written: {exc}", flush=True)
     batch = int(batches[0][0].shape[0])
     samples_per_second = steps * batch * world_size / seconds
     result: dict[str, Any] = {
@@ -169,11 +192,46 @@ def run_one(
         result["tokens_per_second"] = samples_per_second * GPT_SEQUENCE
         result["sequence_length"] = GPT_SEQUENCE
         result["params"], result["flops_per_token"] = gpt_flops_per_token(model, GPT_SEQUENCE)
-    del train_model, wrapped, model, optimizer, batches
+    return result  # the caller frees the model (release_memory) once this frame is gone
+
+
+def release_memory(device: torch.device) -> None:
+    """After a workload: compiled graphs and cached device memory go before the next one is built."""
     torch._dynamo.reset()
-    if cuda:
+    if device.type == "cuda":
         torch.cuda.empty_cache()
-    return result
+
+
+def trace(
+    step: Callable[[int], torch.Tensor],
+    *,
+    first: int,
+    count: int,
+    device: torch.device,
+    directory: pathlib.Path,
+) -> None:
+    """``count`` more steps under torch.profiler, written as the trainer's bench_hooks write theirs."""
+    from trainop_trainer.bench_hooks import process_facts
+
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        for i in range(first, first + count):
+            with torch.profiler.record_function(f"bare.step#{i + 1}"):
+                step(i)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    rank = dist.get_rank()
+    directory.mkdir(parents=True, exist_ok=True)
+    raw = directory / f"rank{rank}.trace.json"
+    prof.export_chrome_trace(str(raw))
+    with raw.open("rb") as src, gzip.open(f"{raw}.gz", "wb", compresslevel=6) as dst:
+        shutil.copyfileobj(src, dst)
+    raw.unlink()
+    facts = process_facts(device)
+    facts.update(rank=rank, world_size=dist.get_world_size(), traced_steps=count)
+    (directory / f"rank{rank}.env.json").write_text(json.dumps(facts, indent=1) + "\n")
 
 
 def main() -> int:
@@ -186,13 +244,19 @@ def main() -> int:
     parser.add_argument("--cpu", action="store_true", help="gloo on CPU (a smoke test of this script)")
     parser.add_argument("--tiny", action="store_true", help="tiny batches and models (CPU smoke test)")
     parser.add_argument("--no-compile", action="store_true", help="run -compile workloads eagerly")
+    parser.add_argument(
+        "--trace-steps", type=int, default=0, help="profile this many steps after the timed ones"
+    )
+    parser.add_argument("--trace-dir", default=None, help="where the traces go (with --trace-steps)")
+    parser.add_argument("--trace-workload", default="resnet50", help="the workload to profile")
+    parser.add_argument("--device-index", type=int, default=None, help="use cuda:I, not cuda:LOCAL_RANK")
     args = parser.parse_args()
     # NVLink multicast off, whoever started this (the device machines' GPUs are shared).
     os.environ.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
     if args.tiny:
         make_tiny()
 
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0")) if args.device_index is None else args.device_index
     use_gpu = torch.cuda.is_available() and not args.cpu
     if use_gpu:
         device = torch.device("cuda", local_rank)
@@ -211,7 +275,10 @@ def main() -> int:
             steps=args.steps,
             no_ddp_at_1=args.no_ddp_at_1,
             compile_=not args.no_compile,
+            trace_steps=args.trace_steps if name == args.trace_workload else 0,
+            trace_dir=pathlib.Path(args.trace_dir) if args.trace_dir else None,
         )
+        release_memory(device)
         if rank == 0:
             result["gpu"] = torch.cuda.get_device_name(device) if use_gpu else "cpu"
             line = json.dumps(result)

@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # The whole GPU benchmark in one device call (docs/benchmarks-gpu.md):
 #   run(command="bash bench/gpu/run_all.sh", kind="nvidia-h100-x2", carry=[".whl"], timeout_s=600)
-# Writes $OUT/{log.txt,results.jsonl,table.md,nvml.csv,logs.tar.gz} and prints the table last.
-# Writes summary.json too (scaling against 1 GPU and trainer / bare DDP at every GPU count).
+# Issue #21 (the trainer within 1 % of bare DDP, with its profile, A/B blocks and recovery), 2 GPUs:
+#   run(command="DEADLINE_S=520 bash bench/gpu/run_all.sh --gpus 1,2 --only bare2,ray2-resnet50,bare1,"
+#       "ray1-resnet50,ray2-resnet50-compile,ray1-resnet50-compile,ray2-gpt-compile,ray1-gpt-compile,ladder2",
+#       kind="nvidia-h100-x2", carry=[".whl"], timeout_s=580)
+# and on 4 GPUs: --gpus 1,2,4 --diagnose-gpus 4 --recovery-gpus 4 with bare4/ray4-* for bare2/ray2-*, ladder4,
+# kind="nvidia-h100-x4" (docs/benchmarks-gpu.md, "Issue #21").
+# Writes $OUT/{log.txt,results.jsonl,table.md,summary.json,logs.tar.gz} (+ profile.md, profile.json and
+# traces.tar.gz when a diagnostic pair ran) and prints the table last (after the profile).
 # Extra arguments go to suite.py (e.g. --only bare1,ray1; --gpus 1,2,4,8; --workloads resnet50). DEADLINE_S
 # (default 545) bounds the suite, counted from this script's start; phases that no longer fit are skipped
 # and listed. The whole suite takes more than one call; split it: on 2 GPUs `--only bare1,bare2,ray2,ray1w8`

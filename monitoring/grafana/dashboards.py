@@ -419,6 +419,49 @@ def training_dashboard() -> dict[str, Any]:
             description="Start-up probe result (nccl-tests busbw; bytes/s, shown as GB/s) and each profile's "
             "floor (TrainopAllReduceBandwidthLow).",
         ),
+        row("Evaluation and cost"),
+        timeseries(
+            "Evaluation",
+            [
+                _target(
+                    f'max by (namespace, job, metric) (trainop_trainer_evaluation{{{WORKER}, rank="0"}})',
+                    "{{namespace}}/{{job}} {{metric}}",
+                )
+            ],
+            width=8,
+            description="The last evaluation of each job (spec.evaluation): loss, accuracy, top5Accuracy, "
+            "perplexity, as on status.evaluation.",
+        ),
+        timeseries(
+            "GPU-hours",
+            [
+                _target(
+                    f"max by (namespace, job) (trainop_trainer_cost_gpu_hours{{{WORKER}}})",
+                    "{{namespace}}/{{job}} allocated",
+                ),
+                _target(
+                    f"max by (namespace, job) (trainop_trainer_cost_idle_gpu_hours{{{WORKER}}})",
+                    "{{namespace}}/{{job}} idle",
+                ),
+            ],
+            min_zero=True,
+            width=8,
+            description="GPUs x hours the job's workers existed, every attempt (status.cost.gpuHours), and "
+            "the part of it not training: start-up, restarts, stalls (status.cost.idleGpuHours).",
+        ),
+        timeseries(
+            "Estimated cost",
+            [
+                _target(
+                    f"max by (namespace, job, currency) (trainop_trainer_cost_estimated{{{WORKER}}})",
+                    "{{namespace}}/{{job}} ({{currency}})",
+                )
+            ],
+            min_zero=True,
+            width=8,
+            description="GPU-hours x the price per GPU-hour (the chart's cost.pricePerGpuHour or the job's "
+            "trainop.dev/price-per-gpu-hour annotation): status.cost.estimatedCost.",
+        ),
     ]
     return dashboard(
         uid="trainop-training",

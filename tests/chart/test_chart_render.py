@@ -465,3 +465,15 @@ def test_helm_template_fails_on_a_broken_chart_copy(helm: Helm, tmp_path: Path) 
     result = helm.run("template", "t", str(broken), check=False)
     assert result.returncode != 0
     assert "nil pointer evaluating interface {}.nested" in result.stderr
+
+
+def test_the_price_per_gpu_hour_reaches_the_operators_environment(helm: Helm) -> None:
+    def env(*set_values: str) -> dict[str, str]:
+        deployment = next(d for d in helm.template(set_values=set_values) if d["kind"] == "Deployment")
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        return {e["name"]: e.get("value") for e in container["env"]}
+
+    priced = env("cost.pricePerGpuHour=2.5", "cost.currency=EUR")
+    assert (priced["TRAINOP_PRICE_PER_GPU_HOUR"], priced["TRAINOP_CURRENCY"]) == ("2.5", "EUR")
+    unpriced = env()
+    assert "TRAINOP_PRICE_PER_GPU_HOUR" not in unpriced and unpriced["TRAINOP_CURRENCY"] == "USD"

@@ -52,6 +52,11 @@ CONTRACT: dict[str, tuple[str, tuple[str, ...]]] = {
     "trainop_trainer_gpu_memory_used_bytes": ("gauge", GPU),
     "trainop_trainer_gpu_power_watts": ("gauge", GPU),
     "trainop_trainer_gpu_temperature_celsius": ("gauge", GPU),
+    "trainop_trainer_evaluation": ("gauge", (*WORKER, "metric")),
+    "trainop_trainer_best_checkpoint_step": ("gauge", WORKER),
+    "trainop_trainer_cost_gpu_hours": ("gauge", WORKER),
+    "trainop_trainer_cost_idle_gpu_hours": ("gauge", WORKER),
+    "trainop_trainer_cost_estimated": ("gauge", (*WORKER, "currency")),
 }
 # Labels a selector may match on without the code exporting them: added by the scrape.
 SCRAPE_LABELS = {"namespace", "pod", "node", "instance", "job"}

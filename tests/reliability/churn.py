@@ -362,6 +362,7 @@ def kill_and_restart(
     *,
     progress: Callable[[], int] | None = None,
     milestones: Sequence[int] = (),
+    reconciles_per_life: int = 3,
 ) -> Callable[[asyncio.Event], Awaitable[None]]:
     """A ``disrupt`` that SIGKILLs ``operator`` (an ``operator_runner.Operator``) at random intervals and
     starts it again at once, until the churn is done; the last start leaves it running.
@@ -369,6 +370,11 @@ def kill_and_restart(
     Besides the random kills, one kill as soon as ``progress()`` (e.g. the jobs created so far) reaches
     each of ``milestones``: those kills happen whatever the machine's speed, so a test may count on them
     (random intervals alone give a fast machine fewer kills before the churn ends).
+
+    A random kill also waits until the running operator has finished ``reconciles_per_life`` reconciles
+    since it started (its own reconcile counter): wall-clock intervals alone let a loaded machine (load 70,
+    an operator needing more than 4 s to start) kill every operator before it did anything, and the churn
+    then tested start-up only and never ended.
     """
 
     async def disrupt(done: asyncio.Event) -> None:
@@ -378,7 +384,10 @@ def kill_and_restart(
             reached = bool(pending) and progress is not None and progress() >= pending[0]
             if reached:
                 pending.pop(0)
-            if reached or time.monotonic() >= next_random:
+            due = time.monotonic() >= next_random and (
+                await asyncio.to_thread(_reconciles_since_start, operator) >= reconciles_per_life
+            )
+            if reached or due:
                 operator.kill()
                 await operator.start_async()
                 next_random = time.monotonic() + rng.uniform(*every_s)
@@ -387,3 +396,10 @@ def kill_and_restart(
                 await asyncio.wait_for(done.wait(), timeout=0.1)
 
     return disrupt
+
+
+def _reconciles_since_start(operator: Any) -> float:
+    try:
+        return float(operator.reconciles("success") + operator.reconciles("error"))
+    except AssertionError:  # its metrics endpoint is not up yet
+        return 0.0

@@ -1,9 +1,10 @@
 """STAND-IN for KubeRay's Go controller, asynchronous and watch-driven, for many RayJobs at once.
 
-Same contract as ``tests/operator/integration/kuberay_standin.py`` (the only mock of the operator's tests:
-it writes what KubeRay v1.5 writes on a RayJob's status subresource, with the same field names and
-values), but it *reacts*: it watches RayJobs and takes each new one (empty status) through
-Initializing -> Running by itself, then applies the outcome the test planned for that RayJob:
+Same statuses as ``tests/operator/integration/kuberay_standin.py`` -- both take them from
+``tests/kuberay_lifecycle.py``, the one definition, held to recordings of the real controller -- but it
+*reacts*: it watches RayJobs and takes each new one (empty status) through Initializing -> Running (the
+cluster ready, the job submitted, the job running) by itself, then applies the outcome the test planned for
+that RayJob:
 
     Outcome.SUCCEED   jobStatus SUCCEEDED, jobDeploymentStatus Complete
     Outcome.FAIL      jobStatus FAILED, reason AppFailed, the planned message
@@ -17,11 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import datetime
 import enum
 from collections.abc import Callable
 from typing import Any
 
+from tests import kuberay_lifecycle
 from tests.reliability import kube_async
 
 MANAGED = "app.kubernetes.io/managed-by=trainop"
@@ -38,10 +39,6 @@ class Plan:
     outcome: Outcome
     message: str = ""
     delay_s: float = 0.0  # between Running and the outcome
-
-
-def now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def rayjobs_path(namespace: str, name: str = "") -> str:
@@ -98,27 +95,14 @@ class KubeRayStandIn:
             self.errors.append(f"stand-in: {task.get_name()}: {task.exception()!r}")
 
     async def _drive(self, name: str, plan: Plan) -> None:
-        await self.patch(
-            name,
-            {
-                "jobDeploymentStatus": "Initializing",
-                "jobStatus": "",
-                "jobId": f"{name}-x7k2p",
-                "rayClusterName": f"{name}-raycluster-q9v4c",
-                "startTime": now(),
-                "failed": 0,
-                "succeeded": 0,
-            },
-        )
-        await self.patch(
-            name,
-            {
-                "jobDeploymentStatus": "Running",
-                "jobStatus": "RUNNING",
-                "dashboardURL": f"{name}-head-svc.{self._namespace}.svc.cluster.local:8265",
-                "rayJobInfo": {"startTime": now()},
-            },
-        )
+        for status in (
+            kuberay_lifecycle.initializing(name),
+            kuberay_lifecycle.cluster_ready(name, self._namespace),
+            kuberay_lifecycle.submitted(),
+            kuberay_lifecycle.running(),
+        ):
+            if not await self.patch(name, status):
+                return
         if plan.outcome == Outcome.HOLD:
             return
         await asyncio.sleep(plan.delay_s)
@@ -128,23 +112,10 @@ class KubeRayStandIn:
             await self.fail(name, plan.message)
 
     async def succeed(self, name: str) -> None:
-        await self.patch(
-            name,
-            {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED", "endTime": now(), "succeeded": 1},
-        )
+        await self.patch(name, kuberay_lifecycle.succeeded())
 
     async def fail(self, name: str, message: str) -> None:
-        await self.patch(
-            name,
-            {
-                "jobDeploymentStatus": "Failed",
-                "jobStatus": "FAILED",
-                "reason": "AppFailed",
-                "message": message or "Job entrypoint command failed with exit code 1",
-                "endTime": now(),
-                "failed": 1,
-            },
-        )
+        await self.patch(name, kuberay_lifecycle.failed(message))
 
     async def patch(self, name: str, status: dict[str, Any]) -> bool:
         """Patch the status subresource; False when the RayJob is gone (deleted by the operator)."""

@@ -169,7 +169,7 @@ def test_the_operator_can_neither_read_secrets_nor_escalate_through_the_roles_it
     assert operator_token.request("POST", f"{rbac_path}/roles", trainer_role)[0] == 201
 
 
-def test_a_jobs_trainer_token_holds_only_get_and_patch_of_its_own_status(
+def test_a_jobs_trainer_token_holds_only_get_and_patch_of_its_own_status_and_event_creation(
     isolated_plane: cluster.ControlPlane, isolated_namespace: str, baseline: AsToken
 ) -> None:
     ns = isolated_namespace
@@ -189,6 +189,7 @@ def test_a_jobs_trainer_token_holds_only_get_and_patch_of_its_own_status(
     assert granted == {
         (("trainop.dev", "trainingjobs/status", "get"), ("mlp",)),
         (("trainop.dev", "trainingjobs/status", "patch"), ("mlp",)),
+        (("", "events", "create"), ()),
     }
     assert trainer.can(
         "patch", "trainingjobs", group="trainop.dev", namespace=ns, name="mlp", subresource="status"

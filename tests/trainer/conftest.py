@@ -3,7 +3,8 @@
 Ray start-up is slow on small machines, so the runtime is started once, with more logical CPUs than cores
 (Ray Train's controller and helpers must never wait for a CPU: with logical CPUs equal to 2 cores it
 deadlocks). Ray Train polls its workers every 2 s by default; the tests make it poll every 0.5 s and skip
-the preemption watcher actor, to spend less time waiting. Helpers live in ``trainer_support.py``.
+the preemption watcher actor, to spend less time waiting. Helpers live in ``trainer_support.py``; the
+tracking tests share one real MLflow server (``mlflow_server.py``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import os
 from collections.abc import Iterator
 
 import pytest
+
+from tests import mlflow_server as mlflow_server_module
 
 # Read by Ray Train's controller from the driver's environment when fit() starts.
 _RAY_TRAIN_ENV = {
@@ -27,7 +30,9 @@ def ray_cluster() -> Iterator[str]:
 
     saved = {key: os.environ.get(key) for key in _RAY_TRAIN_ENV}
     os.environ.update(_RAY_TRAIN_ENV)
-    context = ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
+    # address="local": a runtime of our own even when another one runs on this machine (another test run,
+    # a dev cluster); without it ray.init joins that one and refuses num_cpus.
+    context = ray.init(address="local", num_cpus=8, include_dashboard=False, log_to_driver=False)
     try:
         yield str(context.address_info["gcs_address"])
     finally:
@@ -37,3 +42,10 @@ def ray_cluster() -> Iterator[str]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[mlflow_server_module.MlflowServer]:
+    """A real MLflow tracking server (``mlflow server``, SQLite backend) shared by the tracking tests."""
+    with mlflow_server_module.running(tmp_path_factory.mktemp("mlflow")) as server:
+        yield server

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 import trainer_support
 
+from trainop.api import experiment
 from trainop_trainer import checkpoint_store, distributed, run_record, stateful
 from trainop_trainer.checkpointer import Checkpointer
 
@@ -53,7 +54,14 @@ CTX = distributed.WorkerContext(
 class Loop:
     """A small model, its optimizer and counters, registered as the built-in Trainer registers them."""
 
-    def __init__(self, root: pathlib.Path, *, seed: int = 0, keep_last: int = 10) -> None:
+    def __init__(
+        self,
+        root: pathlib.Path,
+        *,
+        seed: int = 0,
+        keep_last: int = 10,
+        keep_best: experiment.KeepBest | None = None,
+    ) -> None:
         torch.manual_seed(seed)
         self.model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=0.01)
@@ -66,6 +74,7 @@ class Loop:
             keep_last=keep_last,
             record=run_record.RunRecord(paths=_paths(root), launch_id="test", is_rank0=True),
             on_committed=lambda saved, seconds: self.committed.append(saved.step),
+            keep_best=keep_best,
         )
         for name, part in (
             ("model", stateful.ModelState(self.model)),
@@ -85,13 +94,14 @@ class Loop:
             self.train_state.step += 1
             self.position.batches_in_epoch += 1
 
-    def save(self, *, wait: bool = True) -> None:
+    def save(self, *, wait: bool = True, evaluation: dict[str, float] | None = None) -> None:
         self.checkpointer.save(
             step=self.train_state.step,
             epoch=self.position.epoch,
             progress={"batchesInEpoch": self.position.batches_in_epoch},
             metrics={"loss": 0.5},
             wait=wait,
+            evaluation=evaluation,
         )
 
     def params(self) -> dict[str, torch.Tensor]:
@@ -412,3 +422,67 @@ def test_a_corrupt_format_1_checkpoint_falls_back_by_its_sha256(
         found = store.newest_valid()
     assert found is not None and found.step == 20 and found.manifest.legacy
     assert any("sha256" in r.getMessage() and "step_30" in r.getMessage() for r in caplog.records)
+
+
+def test_a_stager_that_closed_itself_after_a_save_is_replaced_for_the_next_one(
+    tmp_path: pathlib.Path,
+) -> None:
+    """PyTorch 2.11's DefaultStager closes its StateDictStager at the end of every stage
+    (pytorch/pytorch#183413), and the next save with the same stager failed with ``KeyError: <class 'type'>``
+    (the FSDP benchmark on an H200). The torch installed here is fixed, so the test closes the stager's
+    StateDictStager itself after the first save, exactly as 2.11 does; the second save must still commit."""
+    loop = Loop(tmp_path / "checkpoints")
+    loop.train(2)
+    loop.save()
+    (stager,) = loop.checkpointer._stagers.values()
+    stager._state_dict_stager.close()  # what torch 2.11's DefaultStager._stage ends with
+    loop.train(2)
+    loop.save()
+    loop.checkpointer.close()
+    assert loop.committed == [2, 4]
+    assert checkpoint_store.CheckpointStore(tmp_path / "checkpoints").committed_steps() == [4, 2]
+
+
+@pytest.mark.parametrize(
+    ("mode", "best_step"), [("max", 20), ("min", 10)], ids=["max-accuracy", "min-accuracy"]
+)
+def test_the_best_checkpoint_by_its_evaluation_outlives_keep_last_and_is_found_again_after_a_restart(
+    tmp_path: pathlib.Path, mode: str, best_step: int
+) -> None:
+    root = tmp_path / "checkpoints"
+    keep_best = experiment.KeepBest(metric="accuracy", mode=experiment.BestMode(mode))
+    accuracy = {10: 0.5, 20: 0.9, 30: 0.7, 40: 0.8, 50: 0.6}
+    loop = Loop(root, keep_last=2, keep_best=keep_best)
+    for step, value in accuracy.items():
+        loop.train(step - loop.train_state.step)
+        loop.save(evaluation={"accuracy": value, "loss": 1.0 - value})
+    best = loop.checkpointer.best_status()
+    loop.checkpointer.close()
+
+    kept = checkpoint_store.CheckpointStore(root).committed_steps()
+    assert kept == sorted({40, 50, best_step}, reverse=True)
+    assert best is not None
+    assert (best.step, best.metric, best.value) == (best_step, "accuracy", accuracy[best_step])
+    assert best.path == str(root / f"step_{best_step}")
+    manifest = json.loads((root / f"step_{best_step}" / "manifest.json").read_text())
+    assert manifest["evaluation"] == {"accuracy": accuracy[best_step], "loss": 1.0 - accuracy[best_step]}
+
+    # A new worker group finds the same best on the volume and keeps sparing it.
+    again = Loop(root, keep_last=2, keep_best=keep_best)
+    again.checkpointer.load()
+    again.train(10)
+    again.save(evaluation={"accuracy": 0.75, "loss": 0.25})
+    again.checkpointer.close()
+    assert best_step in checkpoint_store.CheckpointStore(root).committed_steps()
+    assert again.checkpointer.best_status() == best
+
+
+def test_without_keep_best_retention_is_keep_last_alone(tmp_path: pathlib.Path) -> None:
+    root = tmp_path / "checkpoints"
+    loop = Loop(root, keep_last=2)
+    for step in (10, 20, 30):
+        loop.train(step - loop.train_state.step)
+        loop.save(evaluation={"accuracy": 1.0 if step == 10 else 0.0})
+    loop.checkpointer.close()
+    assert checkpoint_store.CheckpointStore(root).committed_steps() == [30, 20]
+    assert loop.checkpointer.best_status() is None

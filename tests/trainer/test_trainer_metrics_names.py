@@ -17,6 +17,11 @@ EXPECTED = {
     "trainop_trainer_gpu_memory_used_bytes": ("gauge", ("job", "rank", "gpu")),
     "trainop_trainer_gpu_power_watts": ("gauge", ("job", "rank", "gpu")),
     "trainop_trainer_gpu_temperature_celsius": ("gauge", ("job", "rank", "gpu")),
+    "trainop_trainer_evaluation": ("gauge", ("job", "rank", "metric")),
+    "trainop_trainer_best_checkpoint_step": ("gauge", ("job", "rank")),
+    "trainop_trainer_cost_gpu_hours": ("gauge", ("job", "rank")),
+    "trainop_trainer_cost_idle_gpu_hours": ("gauge", ("job", "rank")),
+    "trainop_trainer_cost_estimated": ("gauge", ("job", "rank", "currency")),
 }
 
 

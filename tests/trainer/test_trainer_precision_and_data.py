@@ -48,9 +48,12 @@ def _launch(config: trainer_config.TrainerConfig, tmp_path: pathlib.Path) -> sub
 
 
 def _train_state(config: trainer_config.TrainerConfig, step: int) -> dict[str, Any]:
-    path = trainer_support.run_dir(config) / "checkpoints" / f"step_{step}" / "train_state.pt"
-    state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=False)
-    return state
+    """The loop's counters and the GradScaler's state in the checkpoint of ``step`` (DCP parts)."""
+    try:
+        scaler = trainer_support.checkpoint_part(config, step, "grad_scaler")
+    except KeyError:  # a disabled GradScaler's state is {}: DCP stores no entry for an empty dict
+        scaler = {}
+    return {"step": trainer_support.checkpoint_part(config, step, "train_state")["step"], "scaler": scaler}
 
 
 def test_fp16_trains_with_a_grad_scaler_whose_state_is_checkpointed(tmp_path: pathlib.Path) -> None:

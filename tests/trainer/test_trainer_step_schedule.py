@@ -18,7 +18,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from trainop.api import trainingjob
-from trainop_trainer import distributed, preempt, step_schedule
+from trainop_trainer import distributed, preempt, step_schedule, switches
 
 
 def spec(**checkpoint: Any) -> trainingjob.TrainingJobSpec:
@@ -104,8 +104,9 @@ def test_a_sigterm_is_a_preemption_with_a_checkpoint_at_the_next_step(tmp_path: 
     assert decision.outcome == step_schedule.Outcome.PREEMPTED
 
 
-def _two_ranks(rank: int, port: int, stop_file: str, out: str) -> None:
+def _two_ranks(rank: int, port: int, stop_file: str, out: str, control_every: int = 1) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    switches.apply({"control_every": control_every})
     dist.init_process_group("gloo", rank=rank, world_size=2)
     ctx = context(rank, 2)
     s = step_schedule.StepSchedule(
@@ -127,12 +128,20 @@ def _two_ranks(rank: int, port: int, stop_file: str, out: str) -> None:
     dist.destroy_process_group()
 
 
-def test_a_signal_seen_by_one_rank_stops_every_rank_at_the_same_step(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize(
+    ("control_every", "stop_step"),
+    [(1, 8), (4, 12)],  # signalled during step 7: posted at the next exchange, agreed at the one after
+)
+def test_a_signal_seen_by_one_rank_stops_every_rank_at_the_same_step(
+    tmp_path: pathlib.Path, control_every: int, stop_step: int
+) -> None:
     port = distributed.free_port()
     outs = [tmp_path / "rank0.txt", tmp_path / "rank1.txt"]
     spawn = mp.get_context("spawn")
     procs = [
-        spawn.Process(target=_two_ranks, args=(rank, port, str(tmp_path / "stop"), str(outs[rank])))
+        spawn.Process(
+            target=_two_ranks, args=(rank, port, str(tmp_path / "stop"), str(outs[rank]), control_every)
+        )
         for rank in (0, 1)
     ]
     for proc in procs:
@@ -142,4 +151,4 @@ def test_a_signal_seen_by_one_rank_stops_every_rank_at_the_same_step(tmp_path: p
         assert proc.exitcode == 0
     rank0, rank1 = (json.loads(out.read_text()) for out in outs)
     assert rank0 == rank1
-    assert rank0[-1] == [8, True, True, True]  # signalled during step 7, agreed after step 8
+    assert rank0[-1] == [stop_step, True, True, True]

@@ -124,11 +124,11 @@ def test_bus_bandwidth_status_field_spells_its_unit_gigabytes_per_second() -> No
 
 def test_cross_field_rules_are_cel_validations_in_the_schema() -> None:
     text = json.dumps(crd.trainingjob_crd())  # not YAML: its line folding would split the rules
-    assert "has(self.model) != has(self.entrypoint)" in text
+    assert "[has(self.model), has(self.entrypoint), has(self.rayTrain)].filter(set, set).size() == 1" in text
     assert "has(self.epochs) || has(self.maxSteps)" in text
     assert "has(self.intervalSteps) || has(self.intervalMinutes)" in text
     assert "self.precision != 'fp16' || self.workers.gpusPerWorker >= 1" in text
-    assert "self.kind == 'synthetic' || (has(self.path) && self.path != '')" in text
+    assert "self.kind in ['synthetic', 'digits'] || (has(self.path) && self.path != '')" in text
     sweep = json.dumps(crd.tuningsweep_crd())
     assert "self.type != 'asha' || self.gracePeriod <= self.maxT" in sweep
 

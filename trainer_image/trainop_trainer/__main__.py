@@ -56,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         inject = config_module.inject_failure_from_env()
         if config.spec.workload.entrypoint is not None:
             user.resolve(config.spec.workload.entrypoint)
+        if config.spec.workload.ray_train is not None:
+            user.resolve(config.spec.workload.ray_train, field_name="spec.workload.rayTrain")
     except FileNotFoundError as exc:
         print(
             f"trainop: error: config file {exc.filename} not found: pass --config or set TRAINOP_CONFIG",

@@ -33,6 +33,7 @@ import pathlib
 import re
 import shutil
 import uuid
+from collections.abc import Collection
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,8 @@ class Manifest:
     # position from the checkpoint's parts.
     progress: dict[str, int] = dataclasses.field(default_factory=dict)
     metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+    # The evaluation at this step (spec.evaluation), which checkpoint.keepBest ranks by.
+    evaluation: dict[str, float] = dataclasses.field(default_factory=dict)
     # Format 1 only: file name -> {"sha256", "bytes"}.
     files: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
@@ -74,6 +77,8 @@ class Manifest:
             "progress": self.progress,
             "metrics": self.metrics,
         }
+        if self.evaluation:
+            data["evaluation"] = self.evaluation
         if self.files:
             data["files"] = self.files
         return json.dumps(data, indent=2, sort_keys=True)
@@ -93,6 +98,7 @@ class Manifest:
             parts=tuple(str(p) for p in data.get("parts", ())),
             progress={k: int(v) for k, v in data.get("progress", {}).items()},
             metrics={k: float(v) for k, v in data.get("metrics", {}).items()},
+            evaluation={k: float(v) for k, v in data.get("evaluation", {}).items()},
             files={k: dict(v) for k, v in data.get("files", {}).items()},
         )
 
@@ -171,11 +177,14 @@ class CheckpointStore:
         tmp.rename(path / MANIFEST)
         return path
 
-    def prune(self, *, keep_last: int) -> list[pathlib.Path]:
-        """Delete all but the ``keep_last`` newest committed checkpoints; returns what was deleted."""
+    def prune(self, *, keep_last: int, keep: Collection[pathlib.Path] = ()) -> list[pathlib.Path]:
+        """Delete all but the ``keep_last`` newest committed checkpoints, and never those in ``keep`` (the
+        Checkpointer's retention decides which, e.g. the best one); returns what was deleted."""
         committed = [path for _, path in self.step_dirs() if self.is_committed(path)]
         removed = []
         for path in committed[keep_last:]:
+            if path in keep:
+                continue
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
         return removed

@@ -9,7 +9,7 @@ A training loop registers what a checkpoint is made of (``register("model", stat
   a side stream with ``async_staging`` on CUDA (the loop calls ``wait_for_staging`` before it next changes
   the state: before the forward pass when the model has buffers, else before the optimizer step), a plain
   copy otherwise. Serialising and writing run on a background thread; rank 0 writes DCP's ``.metadata``
-  last, which commits the checkpoint (``checkpoint_store``), then prunes to ``keepLast`` and publishes the
+  last, which commits the checkpoint (``checkpoint_store``), then applies retention and publishes the
   checkpoint to status and metrics. One save is in flight at most: a save requested while the previous one
   is still being written waits for it. ``wait=True`` (stopping, preemption, the end) returns once
   committed.
@@ -17,6 +17,13 @@ A training loop registers what a checkpoint is made of (``register("model", stat
   moved aside), every rank loads its share of it — resharding to this world size, whatever it was saved
   with — and if any rank fails to read it, every rank falls back to the previous one. Format-1 checkpoints
   (before DCP) load through ``checkpoint_legacy``.
+
+Retention (rank 0, after each commit): the ``keepLast`` newest committed checkpoints stay, and with
+``checkpoint.keepBest`` also the best one by its evaluation metric (``save(evaluation=...)`` puts the
+evaluation into the manifest): it is never pruned, whatever its age, until a better one is committed. The
+best is found again from the manifests on the volume when a worker group starts, so restarts and new
+attempts keep it. Retention is decided here, not in the store (the store's ``prune`` only spares what it is
+told to keep), so another storage backend keeps the same rule.
 
 How it relates to Ray Train: these checkpoints are never passed to ``ray.train.report(checkpoint=...)``:
 that call is a barrier that copies the directory synchronously, and Ray's registry refuses to restore once a
@@ -44,6 +51,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
 
+from trainop.api import experiment
 from trainop_trainer import checkpoint_legacy, distributed, run_record, stateful
 from trainop_trainer.checkpoint_store import Checkpoint, CheckpointError, CheckpointStore, Manifest
 
@@ -85,10 +93,13 @@ class Checkpointer:
         keep_last: int,
         record: run_record.RunRecord,
         on_committed: OnCommitted | None = None,
+        keep_best: experiment.KeepBest | None = None,
     ) -> None:
         self.store = CheckpointStore(root)
         self._ctx = ctx
         self._keep_last = keep_last
+        self._keep_best = keep_best
+        self.best: Checkpoint | None = None  # rank 0: the best committed checkpoint by keepBest
         self._record = record
         self._on_committed = on_committed
         self._parts: dict[str, stateful.Part] = {}
@@ -104,6 +115,68 @@ class Checkpointer:
         self.last_committed: Checkpoint | None = None
         if ctx.is_rank0:
             self.store.remove_stale()
+            self.best = self._find_best()
+
+    # --------------------------------------------------------------------------------------- retention
+    def _value(self, saved: Checkpoint) -> float | None:
+        if self._keep_best is None:
+            return None
+        return saved.manifest.evaluation.get(self._keep_best.metric)
+
+    def _better(self, candidate: Checkpoint, than: Checkpoint | None) -> bool:
+        value = self._value(candidate)
+        if value is None or value != value:  # no such metric at this step, or NaN
+            return False
+        if than is None:
+            return True
+        current = self._value(than)
+        if current is None:
+            return True
+        assert self._keep_best is not None
+        return value < current if self._keep_best.mode == experiment.BestMode.MIN else value > current
+
+    def _find_best(self) -> Checkpoint | None:
+        """The best committed checkpoint on the volume (a restart or a new attempt finds it again)."""
+        if self._keep_best is None:
+            return None
+        best: Checkpoint | None = None
+        for _, path in reversed(self.store.step_dirs()):  # oldest first: a tie keeps the older one
+            if not self.store.is_committed(path):
+                continue
+            try:
+                candidate = Checkpoint(path=path, manifest=self.store.validate(path))
+            except CheckpointError:
+                continue
+            if self._better(candidate, best):
+                best = candidate
+        return best
+
+    def best_status(self) -> experiment.BestCheckpoint | None:
+        """``status.checkpoint.best`` (rank 0; None without keepBest or before an evaluated checkpoint)."""
+        if self._keep_best is None or self.best is None:
+            return None
+        value = self._value(self.best)
+        assert value is not None
+        return experiment.BestCheckpoint(
+            step=self.best.step, metric=self._keep_best.metric, value=value, path=str(self.best.path)
+        )
+
+    def _retain(self, saved: Checkpoint) -> None:
+        """Rank 0 after a commit: a new best replaces the old, then everything beyond keepLast but the best
+        is deleted."""
+        if self._better(saved, self.best):
+            if self.best is not None:
+                log.info(
+                    "checkpoint step %d is the new best by %s (%s -> %s)",
+                    saved.step,
+                    self._keep_best.metric if self._keep_best else "?",
+                    self._value(self.best),
+                    self._value(saved),
+                )
+            self.best = saved
+        keep = () if self.best is None else (self.best.path,)
+        for removed in self.store.prune(keep_last=self._keep_last, keep=keep):
+            log.info("pruned %s (keepLast=%d)", removed.name, self._keep_last)
 
     def register(self, name: str, part: stateful.Part) -> None:
         if name in self._parts:
@@ -127,6 +200,8 @@ class Checkpointer:
             return None
         on_cuda = self._ctx.device.type == "cuda"
         key = on_cuda and async_staging
+        if key in self._stagers and not _reusable(self._stagers[key]):
+            self._stagers.pop(key).close()
         if key not in self._stagers:
             if on_cuda:
                 options = StagingOptions(
@@ -167,6 +242,7 @@ class Checkpointer:
         metrics: Mapping[str, float],
         wait: bool,
         async_staging: bool = False,
+        evaluation: Mapping[str, float] | None = None,
     ) -> None:
         """Collective. Stage every part's state and write it in the background (see the module docstring).
         With ``async_staging`` the caller must call ``wait_for_staging`` before it changes any part."""
@@ -180,6 +256,7 @@ class Checkpointer:
             parts=tuple(sorted(self._parts)),
             progress=dict(progress),
             metrics={k: float(v) for k, v in metrics.items()},
+            evaluation={k: float(v) for k, v in (evaluation or {}).items()},
         )
         path = self.store.step_path(step)
         if self._ctx.is_rank0:
@@ -230,8 +307,7 @@ class Checkpointer:
         saved = Checkpoint(path=path, manifest=manifest)
         self.last_committed = saved
         if self._ctx.is_rank0:
-            for removed in self.store.prune(keep_last=self._keep_last):
-                log.info("pruned %s (keepLast=%d)", removed.name, self._keep_last)
+            self._retain(saved)
             log.info("checkpoint step %d committed to %s in %.2fs", manifest.step, path, seconds)
         if self._on_committed is not None:
             try:
@@ -360,6 +436,16 @@ class Checkpointer:
             self._committer.shutdown(wait=True)
             for stager in self._stagers.values():
                 stager.close()
+
+
+def _reusable(stager: Any) -> bool:
+    """Whether a DefaultStager can stage another save. PyTorch 2.11's closes its StateDictStager at the end
+    of every stage (pytorch/pytorch#183413, fixed in 2.12 by #183424), which empties its copy table: the next
+    save then fails with ``KeyError: <class 'type'>`` (seen on the FSDP benchmark, torch 2.11, H200). Such a
+    stager is replaced for each save; its pinned staging buffers are then not reused across saves."""
+    inner = getattr(stager, "_state_dict_stager", None)
+    table = getattr(inner, "_deepcopy_dispatch", None)
+    return table is None or bool(table)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -31,6 +31,12 @@ INJECT_FAILURE_ENV = "TRAINOP_INJECT_FAILURE_AT_STEP"
 # Where worker processes register their PIDs so that a pod's preStop hook can signal them.
 PID_DIR_ENV = "TRAINOP_PID_DIR"
 DEFAULT_PID_DIR = "/tmp/trainop/pids"
+# Benchmark knobs (``switches``, ``bench_hooks``): a driver hands them to its Ray workers as they are.
+SWITCHES_ENV = "TRAINOP_SWITCHES"
+TRACE_STEPS_ENV = "TRAINOP_TRACE_STEPS"
+TRACE_DIR_ENV = "TRAINOP_TRACE_DIR"
+AB_BLOCKS_ENV = "TRAINOP_AB_BLOCKS"
+BENCH_ENV = (SWITCHES_ENV, TRACE_STEPS_ENV, TRACE_DIR_ENV, AB_BLOCKS_ENV)
 
 load = trainer_config.load
 
@@ -108,6 +114,8 @@ class LaunchSettings:
     config_json: str
     launch_id: str
     inject_failure_at_step: int | None = None
+    # When the driver started (Unix time): the start of this launch's allocated time (cost.py).
+    started_at: float | None = None
 
     @property
     def config(self) -> trainer_config.TrainerConfig:

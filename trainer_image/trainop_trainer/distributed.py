@@ -184,6 +184,8 @@ class Agreed:
     checkpoint: bool = False  # rank 0's checkpoint clock ran out
     report: bool = False  # rank 0's report clock ran out
     ray_report: bool = False  # rank 0's clock for ray.train.report ran out
+    profile_steps: int = 0  # a profile window of this many steps was asked for (rank 0's request watcher)
+    communication_report: bool = False  # a communication report was asked for
 
 
 class ControlChannel:
@@ -196,15 +198,31 @@ class ControlChannel:
         if ctx.world_size > 1:
             # A dedicated CPU group: never interleaves with DDP's gradient all-reduces, works next to NCCL.
             self._group = dist.new_group(backend="gloo")
-        self._posted = torch.zeros(5, dtype=torch.int32)
+        self._posted = torch.zeros(7, dtype=torch.int32)
         self._work: Any = None
         self._has_posted = False
 
     def exchange(
-        self, *, stop: bool, preempt: bool, checkpoint: bool, report: bool, ray_report: bool
+        self,
+        *,
+        stop: bool,
+        preempt: bool,
+        checkpoint: bool,
+        report: bool,
+        ray_report: bool,
+        profile_steps: int = 0,
+        communication_report: bool = False,
     ) -> Agreed:
         agreed = self._collect()
-        flags = [int(stop), int(preempt), int(checkpoint), int(report), int(ray_report)]
+        flags = [
+            int(stop),
+            int(preempt),
+            int(checkpoint),
+            int(report),
+            int(ray_report),
+            int(profile_steps),
+            int(communication_report),
+        ]
         self._posted = torch.tensor(flags, dtype=torch.int32)
         if self._group is not None:
             self._work = dist.all_reduce(self._posted, op=dist.ReduceOp.MAX, group=self._group, async_op=True)
@@ -222,8 +240,17 @@ class ControlChannel:
             return Agreed()
         self._settle()
         self._has_posted = False
-        stop, preempt, checkpoint, report, ray_report = (bool(v) for v in self._posted.tolist())
-        return Agreed(stop=stop, preempt=preempt, checkpoint=checkpoint, report=report, ray_report=ray_report)
+        values = self._posted.tolist()
+        stop, preempt, checkpoint, report, ray_report = (bool(v) for v in values[:5])
+        return Agreed(
+            stop=stop,
+            preempt=preempt,
+            checkpoint=checkpoint,
+            report=report,
+            ray_report=ray_report,
+            profile_steps=int(values[5]),
+            communication_report=bool(values[6]),
+        )
 
     def drain(self) -> Agreed:
         """Finish the exchange in flight (every rank calls it at the same point) and return its result."""

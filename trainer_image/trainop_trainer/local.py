@@ -312,15 +312,24 @@ def _run_job(
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     config = trainer_config.TrainerConfig(
-        job_name=name, run_name=name, storage_path=str(storage), attempt=1, spec=plan.spec, status_target=None
+        job_name=name,
+        run_name=name,
+        storage_path=str(storage),
+        attempt=1,
+        spec=plan.spec,
+        status_target=None,
+        pricing=trainer_config.pricing_for(job),
     )
     (run_dir / "trainer.json").write_text(trainer_config.dumps(config))
-    if job.spec.workload.entrypoint is not None:
-        try:
-            user.resolve(job.spec.workload.entrypoint)
-        except user.EntrypointError as exc:
-            print(f"trainop: error: {exc}", file=sys.stderr)
-            return 2
+    workload = job.spec.workload
+    try:
+        if workload.entrypoint is not None:
+            user.resolve(workload.entrypoint)
+        if workload.ray_train is not None:
+            user.resolve(workload.ray_train, field_name="spec.workload.rayTrain")
+    except user.EntrypointError as exc:
+        print(f"trainop: error: {exc}", file=sys.stderr)
+        return 2
     print(f"trainop: running TrainingJob {name} locally; state in {run_dir}", file=out)
     for note in plan.notes:
         print(f"trainop: note: {note}", file=out)

@@ -15,6 +15,11 @@ TrainingJob name) and ``rank``; GPU series also carry ``gpu``::
     trainop_trainer_gpu_memory_used_bytes         gauge
     trainop_trainer_gpu_power_watts               gauge
     trainop_trainer_gpu_temperature_celsius       gauge
+    trainop_trainer_evaluation                    gauge      last evaluation, one series per ``metric``
+    trainop_trainer_best_checkpoint_step          gauge      step of the checkpoint kept by keepBest
+    trainop_trainer_cost_gpu_hours                gauge      GPUs x allocated hours, every attempt (rank 0)
+    trainop_trainer_cost_idle_gpu_hours           gauge      GPUs x hours allocated but not training
+    trainop_trainer_cost_estimated                gauge      GPU-hours x price, label ``currency``
 
 Port: ``spec.reporting.metricsPort + local_rank`` (one worker per GPU shares a pod, so each needs its own
 port; local mode on one machine uses the same rule). A port already taken falls back to an ephemeral
@@ -85,6 +90,37 @@ GPU_TEMPERATURE = Gauge(
     "trainop_trainer_gpu_temperature_celsius", "GPU temperature (NVML).", _GPU_LABELS, registry=REGISTRY
 )
 
+EVALUATION = Gauge(
+    "trainop_trainer_evaluation",
+    "The last evaluation's metrics (loss, accuracy, top5Accuracy, perplexity, ...), mean over workers.",
+    ("job", "rank", "metric"),
+    registry=REGISTRY,
+)
+BEST_CHECKPOINT_STEP = Gauge(
+    "trainop_trainer_best_checkpoint_step",
+    "Step of the best checkpoint (checkpoint.keepBest).",
+    _LABELS,
+    registry=REGISTRY,
+)
+COST_GPU_HOURS = Gauge(
+    "trainop_trainer_cost_gpu_hours",
+    "GPU-hours the job has used, every attempt: GPUs x hours its workers existed.",
+    _LABELS,
+    registry=REGISTRY,
+)
+COST_IDLE_GPU_HOURS = Gauge(
+    "trainop_trainer_cost_idle_gpu_hours",
+    "GPU-hours allocated but not training: start-up, worker restarts, stalls.",
+    _LABELS,
+    registry=REGISTRY,
+)
+COST_ESTIMATED = Gauge(
+    "trainop_trainer_cost_estimated",
+    "Estimated cost of the job so far: GPU-hours x the price per GPU-hour.",
+    ("job", "rank", "currency"),
+    registry=REGISTRY,
+)
+
 METRIC_NAMES = (
     "trainop_trainer_step",
     "trainop_trainer_step_seconds",
@@ -98,6 +134,11 @@ METRIC_NAMES = (
     "trainop_trainer_gpu_memory_used_bytes",
     "trainop_trainer_gpu_power_watts",
     "trainop_trainer_gpu_temperature_celsius",
+    "trainop_trainer_evaluation",
+    "trainop_trainer_best_checkpoint_step",
+    "trainop_trainer_cost_gpu_hours",
+    "trainop_trainer_cost_idle_gpu_hours",
+    "trainop_trainer_cost_estimated",
 )
 
 _server_lock = threading.Lock()
@@ -137,7 +178,17 @@ class WorkerMetrics:
         self.checkpoint_last_step = CHECKPOINT_LAST_STEP.labels(**labels)
         self.allreduce_bus_bandwidth = ALLREDUCE_BUS_BANDWIDTH.labels(**labels)
         self.worker_restarts = WORKER_RESTARTS.labels(**labels)
+        self.best_checkpoint_step = BEST_CHECKPOINT_STEP.labels(**labels)
+        self.cost_gpu_hours = COST_GPU_HOURS.labels(**labels)
+        self.cost_idle_gpu_hours = COST_IDLE_GPU_HOURS.labels(**labels)
         self._gpu_sampler: GpuSampler | None = None
+
+    def evaluation(self, metrics: dict[str, float]) -> None:
+        for name, value in metrics.items():
+            EVALUATION.labels(job=self.job, rank=self.rank, metric=name).set(value)
+
+    def estimated_cost(self, value: float, currency: str) -> None:
+        COST_ESTIMATED.labels(job=self.job, rank=self.rank, currency=currency).set(value)
 
     def start_gpu_sampler(self, *, cuda_index: int, interval_s: float = 5.0) -> None:
         self._gpu_sampler = GpuSampler(

@@ -14,8 +14,10 @@ Worker (``train_loop_per_worker``): read the launch settings, start the ``Runtim
   ``WorkerPreempted`` so Ray Train restarts the group from that checkpoint.
 
 Environment for the workers (``RunConfig.worker_runtime_env``): the NCCL profile's variables when the profile
-is explicit (``auto`` is resolved on each node by the worker), ``PYTHONPATH`` and ``TRAINOP_PID_DIR`` of the
-driver if set, so user packages and the preStop hook work the same way locally.
+is explicit (``auto`` is resolved on each node by the worker), ``PYTHONPATH``, ``TRAINOP_PID_DIR`` and the
+benchmark knobs (``config.BENCH_ENV``) of the driver if set, so user packages, the preStop hook and the GPU
+benchmark work the same way locally. Every Ray worker process of the job runs ``logs.ray_worker_setup``
+(Ray's ``worker_process_setup_hook``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import json
 import logging
 import os
 import sys
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -35,10 +38,12 @@ from trainop_trainer import nccl
 
 log = logging.getLogger(__name__)
 
-_FORWARDED_ENV = ("PYTHONPATH", config_module.PID_DIR_ENV)
+_FORWARDED_ENV = ("PYTHONPATH", config_module.PID_DIR_ENV, *config_module.BENCH_ENV)
 # Where Ray (2.60) says, on every start of a local Ray, that it turned token authentication on.
 _TOKEN_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
 _TOKEN_NOTICE = "Token authentication is enabled for this Ray cluster"
+# Runs in every Ray worker process of the job (the Train controller, its workers, Ray Train's helpers).
+_WORKER_SETUP_HOOK = "trainop_trainer.logs.ray_worker_setup"
 
 
 def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
@@ -50,11 +55,14 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     from trainop_trainer.runtime import Runtime, WorkerPreempted
     from trainop_trainer.step_schedule import Outcome
 
+    started = time.perf_counter()
     launch = config_module.LaunchSettings.from_dict(loop_config)
     config = launch.config
     ctx = distributed.from_ray()
     configure_logging(rank=ctx.rank)
     runtime = Runtime.start(config=config, ctx=ctx, launch=launch, report_fn=ray.train.report)
+    if ctx.is_rank0:
+        log.info("runtime up in %.1fs (network, metrics, checkpointer, probe)", time.perf_counter() - started)
     try:
         outcome = run_workload(runtime)
     finally:
@@ -79,7 +87,19 @@ def run_workload(runtime: Any) -> Any:
 
     if runtime.spec.workload.entrypoint is not None:
         return user.run(runtime)
-    return Trainer(runtime=runtime, workload=workloads.build(runtime.spec)).train()
+    # Every start of a worker group pays this: its time is part of a recovery (docs/benchmarks-gpu.md).
+    started = time.perf_counter()
+    workload = workloads.build(runtime.spec)
+    built = time.perf_counter()
+    trainer = Trainer(runtime=runtime, workload=workload)
+    if runtime.ctx.is_rank0:
+        log.info(
+            "%s built in %.1fs; trainer set up in %.1fs (device, parallelism, optimizer, data)",
+            workload.name,
+            built - started,
+            time.perf_counter() - built,
+        )
+    return trainer.train()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,8 +145,9 @@ def ensure_ray(
     # there), inherits it; fit() in this process hands it to the Train controller.
     for key, value in trainer_config.RAY_TRAIN_ENV.items():
         os.environ.setdefault(key, value)
+    runtime_env = {"worker_process_setup_hook": _WORKER_SETUP_HOOK}
     if os.environ.get("RAY_ADDRESS"):
-        ray.init(log_to_driver=log_to_driver, logging_level=level)
+        ray.init(log_to_driver=log_to_driver, logging_level=level, runtime_env=runtime_env)
         return
     # A local Ray turns token authentication on by default (good: nothing else on the machine can submit
     # work to it) and says so at WARNING level on every run, although there is nothing to act on. The
@@ -141,6 +162,7 @@ def ensure_ray(
         include_dashboard=False,
         log_to_driver=log_to_driver,
         logging_level=level,
+        runtime_env=runtime_env,
     )
 
 
@@ -174,6 +196,7 @@ def torch_trainer(
         config_json=config_module.dumps(config),
         launch_id=launch_id,
         inject_failure_at_step=inject_failure_at_step,
+        started_at=time.time(),
     )
     return TorchTrainer(
         train_loop_per_worker,
@@ -204,6 +227,11 @@ def run(config: trainer_config.TrainerConfig, *, inject_failure_at_step: int | N
         user.resolve(spec.workload.entrypoint)  # fail before any worker starts
     storage_path = os.path.abspath(config.storage_path)
     config = config.model_copy(update={"storage_path": storage_path})
+    if spec.workload.ray_train is not None:
+        from trainop_trainer import raytrain_function
+
+        outcome, error = raytrain_function.run(config, worker_env=worker_env(config))
+        return RunResult(outcome=outcome, step=None, error=error)
     launch_id = uuid.uuid4().hex
     trainer = torch_trainer(config, launch_id=launch_id, inject_failure_at_step=inject_failure_at_step)
     log.info("starting %s", config_module.describe(config))

@@ -7,7 +7,9 @@
   loss.
 - ``ProgressReports``: publishes a closed window, collectively (every rank, same step): the loss averaged over
   ranks through the control channel, the Prometheus metrics, rank 0's status record, and — when the step
-  schedule says so — ``ray.train.report`` (a barrier across ranks; every rank passes the same flag).
+  schedule says so — ``ray.train.report`` (a barrier across ranks; every rank passes the same flag); rank 0
+  also hands each report to the runtime's hook (tracking backends, ``status.cost``). It sums the wall time
+  between optimizer steps (``training_seconds``, the training share of ``status.cost``).
 
 It must not decide when to report (``step_schedule`` does) nor know about models or data.
 """
@@ -77,11 +79,14 @@ class ReportWindow:
         return self._loss_count > 0 or self._samples > 0
 
     def close(self, *, step: int, total_steps: int | None) -> WindowStats:
-        """The window's report, and a new window from now (the report's own cost counts against it)."""
+        """The window's report, and a new window from now (the report's own cost counts against it).
+
+        The loss is read first: that waits for the device to finish the window's steps, so the window's time
+        is the device's, not how far ahead of it the host happened to be."""
+        local_loss = float(self._loss_sum.item()) / self._loss_count if self._loss_count else self.last_loss
         now = time.perf_counter()
         elapsed = max(now - self._start, 1e-9)
         steps = step - self._start_step
-        local_loss = float(self._loss_sum.item()) / self._loss_count if self._loss_count else self.last_loss
         if self._samples:
             self._last_samples_per_second = self._samples * self.world_size / elapsed
         if total_steps is None:
@@ -114,6 +119,7 @@ class ProgressReports:
         report_fn: ReportFn | None,
         worker_restarts: int,
         last_checkpoint_step: Callable[[], int | None],
+        on_report: Callable[[int, Mapping[str, float]], None] | None = None,
     ) -> None:
         self.window = ReportWindow(world_size=ctx.world_size, device=ctx.device)
         self._ctx = ctx
@@ -123,6 +129,9 @@ class ProgressReports:
         self._report_fn = report_fn
         self._worker_restarts = worker_restarts
         self._last_checkpoint_step = last_checkpoint_step
+        self._on_report = on_report
+        # Wall time between consecutive optimizer steps since this worker group started (status.cost).
+        self.training_seconds = 0.0
         self._ray_reported_step: int | None = None
         self._last_step_time = time.perf_counter()
         self.last_step = 0
@@ -139,6 +148,7 @@ class ProgressReports:
         samples this rank consumed."""
         now = time.perf_counter()
         self._metrics.step_seconds.observe(now - self._last_step_time)
+        self.training_seconds += now - self._last_step_time
         self._last_step_time = now
         self.last_step = step
         if samples:
@@ -161,8 +171,10 @@ class ProgressReports:
         to_ray: bool,
         extra: Mapping[str, float] | None = None,
         learning_rate: float | None = None,
+        ray_extra: Mapping[str, float] | None = None,
     ) -> None:
-        """Collective (every rank, same step): close the window and publish it."""
+        """Collective (every rank, same step): close the window and publish it. ``extra`` goes everywhere
+        (a user's own metrics); ``ray_extra`` only to Ray Train (the last evaluation, for Tune)."""
         stats = self.window.close(step=step, total_steps=total_steps)
         loss = None if stats.local_loss is None else self._control.all_reduce_mean(stats.local_loss)
         if loss is not None:
@@ -193,6 +205,19 @@ class ProgressReports:
                 batch_size_per_worker=self.batch_size_per_worker,
                 learning_rate=learning_rate,
             )
+        if self._on_report is not None:
+            values_for_tracking: dict[str, float] = {"epoch": float(epoch)}
+            if loss is not None:
+                values_for_tracking["loss"] = loss
+            if sps is not None:
+                values_for_tracking["samples_per_second"] = sps
+            if learning_rate is not None:
+                values_for_tracking["learning_rate"] = learning_rate
+            values_for_tracking.update(extra or {})
+            try:
+                self._on_report(step, values_for_tracking)
+            except Exception:
+                log.exception("report hook failed (training goes on)")
         if self._report_fn is not None and to_ray:
             values: dict[str, Any] = {"step": step, "epoch": epoch}
             if loss is not None:
@@ -203,6 +228,7 @@ class ProgressReports:
             if checkpoint_step is not None:
                 values["checkpoint_step"] = checkpoint_step
             values.update(extra or {})
+            values.update(ray_extra or {})
             self._report_fn(values)
         if to_ray:
             self._ray_reported_step = step

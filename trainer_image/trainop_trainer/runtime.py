@@ -1,9 +1,10 @@
 """One worker's runtime: the components a training loop uses, wired up in one place.
 
 ``Runtime.start`` builds, in this order: the network environment (NCCL profile), the control channel, the
-metrics endpoint, PID registration and the SIGTERM handler, rank 0's status reporter, the checkpointer
-(with this rank's RNG state registered), the run record (worker-group restarts), the step schedule, the
-progress reports, the failure injector, and runs the all-reduce probe. A training loop — the built-in
+metrics endpoint, PID registration and the SIGTERM handler, rank 0's status reporter, tracking (MLflow,
+TensorBoard), cost ledger and request watcher, the checkpointer (with this rank's RNG state registered and
+``keepBest``), the run record (worker-group restarts), the step schedule, the progress reports, the
+failure injector, the profiler, and runs the all-reduce probe. A training loop — the built-in
 ``Trainer`` or a user's function through ``user.Context`` — then talks to the components directly:
 
 - ``schedule`` (``step_schedule.StepSchedule``): ``poll(step)`` once per step -> the ``Decision`` every
@@ -11,7 +12,14 @@ progress reports, the failure injector, and runs the all-reduce probe. A trainin
 - ``reports`` (``reporting.ProgressReports``): the shared report window and its publication;
 - ``checkpointer`` (``checkpointer.Checkpointer``): the loop registers its parts, then ``load`` / ``save``;
 - ``injector`` (``failure_injection.FailureInjector``): the kill-one-worker-once knob;
-- ``record`` (``run_record.RunRecord``): events and the outcome on the volume.
+- ``record`` (``run_record.RunRecord``): events and the outcome on the volume;
+- ``profiler`` (``profiling.Profiler``): ``after_step(step, decision)`` once per step, for profile windows
+  and communication reports users ask for;
+- ``publish_evaluation(step, epoch, metrics)``: an evaluation's numbers to status, metrics and tracking;
+- ``finish(outcome, step)``: the outcome on the volume, the final checkpoint's reference, the last cost.
+
+Rank 0 also publishes ``status.cost`` (``cost.CostLedger``) and sends every report to the tracking
+backends (``tracking.Tracking``).
 
 It must not know about models, optimizers or data loaders: those belong to ``trainer.py`` and the user's
 function, which register what a checkpoint holds.
@@ -22,17 +30,32 @@ from __future__ import annotations
 import logging
 import pathlib
 import random
+import time
+from collections.abc import Mapping
 
 import numpy as np
 import torch
 
-from trainop.api import trainer_config
+from trainop.api import experiment, trainer_config
 from trainop_trainer import config as config_module
-from trainop_trainer import distributed, metrics, preempt, reporting, run_record, stateful, step_schedule
+from trainop_trainer import (
+    cost,
+    distributed,
+    metrics,
+    preempt,
+    profiling,
+    reporting,
+    requests,
+    run_record,
+    stateful,
+    step_schedule,
+    tracking,
+)
 from trainop_trainer.checkpoint_store import Checkpoint
 from trainop_trainer.checkpointer import Checkpointer
 from trainop_trainer.failure_injection import FailureInjector
-from trainop_trainer.status import StatusReporter
+from trainop_trainer.status import KubernetesEvents, StatusReporter
+from trainop_trainer.step_schedule import Outcome
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +94,13 @@ class Runtime:
         self.network_profile = self.spec.network.profile.value
         self.metrics_port: int | None = None
         self._pid_file: pathlib.Path | None = None
+        self.tracking: tracking.Tracking | None = None  # rank 0
+        self.cost: cost.CostLedger | None = None  # rank 0
+        self.requests: requests.RequestWatcher | None = None  # rank 0
+        self.events: KubernetesEvents | None = None  # rank 0, in a cluster
+        self._best_step: int | None = None
+        self._attempt_tracked = False
+        self._completed = False  # the loop completed (tracking marks the run finished)
 
     @classmethod
     def start(
@@ -99,12 +129,14 @@ class Runtime:
         if ctx.is_rank0:
             self.paths.run_dir.mkdir(parents=True, exist_ok=True)
             self.status = StatusReporter.for_config(self.config, status_file=self.paths.status_file)
+            self._start_rank0_services()
         self.checkpointer = Checkpointer(
             root=self.paths.checkpoints,
             ctx=ctx,
             keep_last=spec.checkpoint.keep_last,
             record=self.record,
             on_committed=self._on_committed,
+            keep_best=spec.checkpoint.keep_best,
         )
         self.checkpointer.register(stateful.RNG, stateful.RNGState(ctx.device))
         restarts = self.record.started(attempt=self.config.attempt, world_size=ctx.world_size)
@@ -120,6 +152,7 @@ class Runtime:
             ray_report_interval_s=None
             if self._report_fn is None
             else step_schedule.ray_report_interval(spec),
+            requests=self.requests,
         )
         self.reports = reporting.ProgressReports(
             ctx=ctx,
@@ -129,6 +162,7 @@ class Runtime:
             report_fn=self._report_fn,
             worker_restarts=self.worker_restarts,
             last_checkpoint_step=lambda: self.checkpointer.last_step,
+            on_report=self._on_report if ctx.is_rank0 else None,
         )
         self.injector = FailureInjector(
             at_step=self.launch.inject_failure_at_step,
@@ -137,7 +171,36 @@ class Runtime:
             marker=self.paths.injected_failure_marker,
             checkpoints=self.checkpointer,
         )
+        self.profiler = profiling.Profiler(
+            ctx=ctx,
+            control=self.control,
+            profiles_dir=self.paths.run_dir / "profiles",
+            watcher=self.requests,
+            status=self.status,
+            emit_event=self.events.emit if self.events is not None else None,
+        )
         self._probe()
+
+    def _start_rank0_services(self) -> None:
+        """Tracking, the cost ledger and the request watcher: rank 0's, none of them may stop training."""
+        config = self.config
+        self.tracking = tracking.Tracking.start(config, run_dir=self.paths.run_dir)
+        if self.tracking.active and self.status is not None:
+            self.status.record("tracking", self.tracking.status())
+        self.cost = cost.CostLedger(
+            path=self.paths.run_dir / "trainop" / cost.LEDGER,
+            launch_id=self.launch.launch_id,
+            started_at=self.launch.started_at or time.time(),
+        )
+        if config.status_target is not None:
+            self.events = KubernetesEvents(config.status_target)
+        self.requests = requests.RequestWatcher(
+            run_dir=self.paths.run_dir,
+            target=config.status_target,
+            api=None,
+        ).start()
+        if self.events is not None:
+            self.events.watcher = self.requests
 
     def _probe(self) -> None:
         network = self.spec.network
@@ -168,15 +231,98 @@ class Runtime:
     def _on_committed(self, saved: Checkpoint, seconds: float) -> None:
         self.metrics.checkpoint_save_seconds.observe(seconds)
         self.metrics.checkpoint_last_step.set(saved.step)
+        best = self.checkpointer.best_status() if self.ctx.is_rank0 else None
         if self.status is not None:
-            self.status.checkpoint(saved)
+            self.status.checkpoint(saved, best=best)
+        if best is not None and best.step != self._best_step:
+            self._best_step = best.step
+            self.metrics.best_checkpoint_step.set(best.step)
+            if self.tracking is not None:
+                self.tracking.checkpoint(
+                    "best", path=best.path, step=best.step, metrics={best.metric: best.value}
+                )
+
+    # ------------------------------------------------------------------------- reports and evaluations
+    def _on_report(self, step: int, values: Mapping[str, float]) -> None:
+        """Rank 0, after every progress report: tracking and the cost record."""
+        if self.tracking is not None:
+            if not self._attempt_tracked:  # the attempt's first report: where its curve starts
+                self.tracking.attempt(step, self.config.attempt)
+                self._attempt_tracked = True
+            self.tracking.report(step, values)
+        self._publish_cost()
+
+    def _publish_cost(self) -> None:
+        if self.cost is None:
+            return
+        self.cost.training_seconds = self.reports.training_seconds
+        self.cost.save()
+        allocated, training = self.cost.totals()
+        spec = self.spec
+        record = cost.cost_status(
+            gpus=spec.workers.replicas * spec.workers.gpus_per_worker,
+            allocated_seconds=allocated,
+            training_seconds=training,
+            pricing=self.config.pricing,
+            updated=run_record.utc_now(),
+        )
+        self.metrics.cost_gpu_hours.set(record.gpu_hours)
+        self.metrics.cost_idle_gpu_hours.set(record.idle_gpu_hours)
+        if record.estimated_cost is not None and record.currency is not None:
+            self.metrics.estimated_cost(record.estimated_cost, record.currency)
+        if self.status is not None:
+            self.status.record("cost", record)
+
+    def publish_evaluation(self, *, step: int, epoch: int, metrics: Mapping[str, float]) -> None:
+        """Every rank, after an evaluation (the numbers are already the same on every rank)."""
+        values = {k: float(v) for k, v in metrics.items() if k != "samples"}
+        self.metrics.evaluation(values)
+        if not self.ctx.is_rank0:
+            return
+        samples = metrics.get("samples")
+        if self.status is not None:
+            self.status.record(
+                "evaluation",
+                experiment.EvaluationStatus(
+                    step=step,
+                    epoch=epoch,
+                    metrics={k: round(v, 6) for k, v in values.items()},
+                    samples=None if samples is None else int(samples),
+                    time=run_record.utc_now(),
+                ),
+            )
+        if self.tracking is not None:
+            self.tracking.evaluation(step, values)
+
+    def finish(self, outcome: Outcome, step: int) -> None:
+        """The loop ended (every rank): the outcome on the volume; rank 0 references the final
+        checkpoint, publishes the last cost and closes tracking."""
+        self.record.outcome(outcome.value, step)
+        if not self.ctx.is_rank0:
+            return
+        self._publish_cost()
+        if self.tracking is not None and outcome == Outcome.COMPLETED:
+            final = self.checkpointer.wait() if self.checkpointer.last_step == step else None
+            if final is not None:
+                self.tracking.checkpoint(
+                    "final",
+                    path=str(final.path),
+                    step=final.step,
+                    metrics={**final.manifest.metrics, **final.manifest.evaluation},
+                )
+        self._completed = outcome == Outcome.COMPLETED
 
     # --------------------------------------------------------------------------------------- shutdown
     def close(self) -> None:
         self.control.drain()
         try:
+            self.profiler.close(self.reports.last_step)
             self.checkpointer.close()
         finally:
+            if self.requests is not None:
+                self.requests.close()
+            if self.tracking is not None:
+                self.tracking.close(completed=self._completed)
             if self.status is not None:
                 self.status.close()
             self.metrics.close()

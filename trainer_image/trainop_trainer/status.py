@@ -1,9 +1,10 @@
-"""Rank 0's status records: progress, checkpoint, network -> the CR's status subresource and a JSON file.
+"""Rank 0's status records -> the CR's status subresource and a JSON file.
 
-The records are built from the API's own models (``Progress``, ``CheckpointStatus``, ``NetworkStatus``) and
-serialised with their camelCase wire names, so the trainer cannot drift from the CRD. Only
-``status.progress``, ``status.checkpoint`` and ``status.network`` are ever written (JSON merge patches of
-those subtrees): the operator owns every other status field.
+The records are built from the API's own models (``Progress``, ``CheckpointStatus``, ``NetworkStatus``,
+and ``trainop.api.experiment``'s ``EvaluationStatus``, ``ProfileStatus``, ``CommunicationStatus``,
+``CostStatus``, ``TrackingStatus``) and serialised with their camelCase wire names, so the trainer cannot
+drift from the CRD. Only the trainer's subtrees (``TRAINER_FIELDS``) are ever written (JSON merge patches
+of those subtrees): the operator owns every other status field.
 
 Sinks:
 - ``FileSink``: ``<runDir>/status.json``, always (local mode's driver renders it; on a cluster it is a handy
@@ -29,13 +30,24 @@ import threading
 import time
 from typing import Any, Protocol
 
-from trainop.api import trainer_config, trainingjob
+from trainop.api import base, experiment, trainer_config, trainingjob
 from trainop_trainer import run_record
 from trainop_trainer.checkpoint_store import Checkpoint
 
 log = logging.getLogger(__name__)
 
 FIELD_MANAGER = "trainop-trainer"
+# The status subtrees the trainer writes; the operator owns the rest.
+TRAINER_FIELDS = (
+    "progress",
+    "checkpoint",
+    "network",
+    "evaluation",
+    "profile",
+    "communication",
+    "cost",
+    "tracking",
+)
 _MAX_BACKOFF_S = 60.0
 
 
@@ -184,6 +196,47 @@ class KubernetesSink:
         self._thread.join(timeout_s)
 
 
+class KubernetesEvents:
+    """Events on the job (rank 0): what a user sees in ``kubectl describe`` about requests it made, e.g.
+    a profile's outcome. Needs ``create`` on events in the job's namespace (the trainer's Role)."""
+
+    def __init__(self, target: trainer_config.StatusTarget, *, api: Any = None) -> None:
+        self.target = target
+        self._api = api
+        self.watcher: Any = None  # requests.RequestWatcher: knows the job's uid from its last read
+
+    def emit(self, reason: str, message: str, kind: str = "Normal") -> None:
+        from kubernetes import client
+
+        if self._api is None:
+            self._api = client.CoreV1Api(_kube_api().api_client)
+        target = self.target
+        obj = getattr(self.watcher, "object", None) or {}
+        now = run_record.utc_now()
+        kind_name = "TuningSweep" if target.plural == "tuningsweeps" else "TrainingJob"
+        self._api.create_namespaced_event(
+            target.namespace,
+            {
+                "metadata": {"generateName": f"{target.name}.", "namespace": target.namespace},
+                "involvedObject": {
+                    "apiVersion": f"{target.group}/{target.version}",
+                    "kind": kind_name,
+                    "name": target.name,
+                    "namespace": target.namespace,
+                    "uid": (obj.get("metadata") or {}).get("uid"),
+                },
+                "reason": reason,
+                "message": message[:1024],
+                "type": kind,
+                "source": {"component": FIELD_MANAGER},
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "count": 1,
+            },
+            _request_timeout=10,
+        )
+
+
 class StatusReporter:
     """Builds the three records from the API models and hands them to every sink (rank 0 only)."""
 
@@ -233,16 +286,24 @@ class StatusReporter:
         )
         self._publish({"progress": record.to_wire()})
 
-    def checkpoint(self, saved: Checkpoint) -> None:
+    def checkpoint(self, saved: Checkpoint, *, best: experiment.BestCheckpoint | None = None) -> None:
         manifest = saved.manifest
         record = trainingjob.CheckpointStatus(
             step=manifest.step,
             epoch=manifest.epoch,
             path=str(saved.path),
             time=manifest.time,
-            metrics=manifest.metrics,
+            metrics={**manifest.metrics, **{f"eval.{k}": v for k, v in manifest.evaluation.items()}},
+            best=best,
         )
         self._publish({"checkpoint": record.to_wire()})
+
+    def record(self, field: str, record: base.ApiModel) -> None:
+        """Publish one of the experiment records (``evaluation``, ``profile``, ``communication``, ``cost``,
+        ``tracking``) as ``status.<field>``."""
+        if field not in TRAINER_FIELDS:
+            raise ValueError(f"status.{field} is not the trainer's to write")
+        self._publish({field: record.to_wire()})
 
     def network(
         self,

@@ -3,10 +3,12 @@
 Some decisions are a function of the step count (``checkpoint.intervalSteps``, ``reporting.everySteps``):
 every rank knows them without talking. The others are not: rank 0's clocks (``checkpoint.intervalMinutes``,
 ``reporting.everySeconds``, the pace of ``ray.train.report``), a SIGTERM seen by any one rank, a stop request
-the driver left on the volume. ``StepSchedule.poll(step)`` merges both kinds into one ``Decision`` that every
+the driver left on the volume, a profile or communication report a user asked for (rank 0's
+``requests.RequestWatcher``). ``StepSchedule.poll(step)`` merges both kinds into one ``Decision`` that every
 rank receives at the same step, through ``distributed.ControlChannel`` (one tiny asynchronous MAX
-all-reduce per step, read one step later). Training loops act on the ``Decision`` and nothing else; they
-never read clocks or signal flags themselves.
+all-reduce per step, read one step later; every N steps with ``switches`` ``control_every=N``, which a
+benchmark may set). Training loops act on the ``Decision`` and nothing else; they never read clocks or
+signal flags themselves.
 
 It must not checkpoint, report or stop anything itself: it only decides when.
 """
@@ -18,9 +20,10 @@ import enum
 import os
 import pathlib
 import time
+from typing import Protocol
 
 from trainop.api import trainingjob
-from trainop_trainer import distributed, preempt
+from trainop_trainer import distributed, preempt, switches
 
 # ray.train.report is a barrier and, in Ray 2.60, blocks while the controller (polling every 2 s) has not
 # consumed the previous report: so status and metrics follow spec.reporting, Ray reports at most this often.
@@ -45,6 +48,8 @@ class Decision:
     checkpoint: bool
     report: bool
     ray_report: bool = False
+    profile_steps: int = 0  # open a profiler window of this many steps now
+    communication_report: bool = False  # run the communication report now
 
     @property
     def outcome(self) -> Outcome:
@@ -52,6 +57,12 @@ class Decision:
         if not self.stop:
             return Outcome.COMPLETED
         return Outcome.PREEMPTED if self.preempt else Outcome.STOPPED
+
+
+class RequestSource(Protocol):
+    def post(self) -> tuple[int, bool]:
+        """Rank 0, once per step: (profile steps, communication report) to ask every rank for now."""
+        ...
 
 
 NOTHING = Decision(stop=False, preempt=False, checkpoint=False, report=False)
@@ -74,7 +85,9 @@ class StepSchedule:
         is_rank0: bool,
         stop_file: pathlib.Path,
         ray_report_interval_s: float | None,
+        requests: RequestSource | None = None,
     ) -> None:
+        self._requests = requests
         self._checkpoint_steps = spec.checkpoint.interval_steps
         self._checkpoint_seconds = (
             None if spec.checkpoint.interval_minutes is None else spec.checkpoint.interval_minutes * 60
@@ -103,7 +116,12 @@ class StepSchedule:
         overlaps a whole step); step-count-based ones act at once."""
         now = time.monotonic()
         stop_file = due_checkpoint = due_report = due_ray_report = False
-        if self._is_rank0:
+        # Every rank exchanges at the same steps: every step, or those divisible by control_every.
+        exchange = step % switches.control_every() == 0
+        profile_steps, communication = 0, False
+        if self._is_rank0 and exchange:
+            if self._requests is not None:
+                profile_steps, communication = self._requests.post()
             if now - self._last_stop_file_check >= STOP_FILE_CHECK_INTERVAL_S:
                 self._last_stop_file_check = now
                 self._stop_file_seen = self._stop_file.exists()
@@ -124,12 +142,18 @@ class StepSchedule:
             ):
                 due_ray_report = True
                 self._last_ray_report = now
-        agreed = self._control.exchange(
-            stop=stop_file,
-            preempt=preempt.requested(),
-            checkpoint=due_checkpoint,
-            report=due_report,
-            ray_report=due_ray_report,
+        agreed = (
+            self._control.exchange(
+                stop=stop_file,
+                preempt=preempt.requested(),
+                checkpoint=due_checkpoint,
+                report=due_report,
+                ray_report=due_ray_report,
+                profile_steps=profile_steps,
+                communication_report=communication,
+            )
+            if exchange
+            else distributed.Agreed()
         )
         stopping = agreed.stop or agreed.preempt
         by_steps = self._checkpoint_steps is not None and step % self._checkpoint_steps == 0
@@ -139,6 +163,8 @@ class StepSchedule:
             checkpoint=agreed.checkpoint or by_steps or stopping,
             report=agreed.report or agreed.ray_report or step % self._report_steps == 0 or stopping,
             ray_report=agreed.ray_report or stopping,
+            profile_steps=0 if stopping else agreed.profile_steps,
+            communication_report=agreed.communication_report and not stopping,
         )
         # A step-count report or checkpoint restarts the time clock too, so the two do not pile up.
         if decision.report:

@@ -10,12 +10,21 @@ the last micro-batch of a gradient-accumulation group (DDP's ``no_sync``, FSDP2'
 ``set_requires_gradient_sync``). ``ray.train.report`` runs only at report time (``spec.reporting``), never
 per step: it is a barrier across ranks.
 
+Evaluation (``spec.evaluation``): after the steps ``evaluation.Evaluator.due`` names (every rank the
+same), the model is evaluated on the held-out split or the evaluation dataset, before that step's report
+and checkpoint; the numbers go to ``status.evaluation``, the metrics and the tracking backends, and into
+the checkpoint's manifest when that step is checkpointed. With ``checkpoint.keepBest`` every evaluated
+step is also checkpointed, so the best model is always on the volume.
+
 Checkpoints: the Trainer registers its parts with the runtime's ``Checkpointer`` — model, optimizer, LR
 schedule, grad scaler, train state (the step), sampler position (epoch, micro-batches consumed in it); the
 runtime registered every rank's RNG state — and saves with asynchronous staging: before it next changes
 the state (the forward pass when the model has buffers, else the optimizer step) it waits for the copy to
 finish. Exact resume: the sampler restarts mid-epoch at the same index and every rank's RNG continues; on
 deterministic kernels (CPU) a resumed run is bitwise equal to an uninterrupted one.
+
+Benchmarks can ask, through the environment, for a profiler window or A/B blocks of runtime switches
+(``bench_hooks``); the loop marks its parts (``trainop.data``, ``trainop.control``, ...) for that trace.
 """
 
 from __future__ import annotations
@@ -31,7 +40,8 @@ from torch import nn
 from torch.utils.data import default_collate
 
 from trainop.api import resources, trainingjob
-from trainop_trainer import batch_finder, data, parallelize, schedule, stateful
+from trainop_trainer import batch_finder, bench_hooks, data, evaluation, parallelize, schedule, stateful
+from trainop_trainer.bench_hooks import section
 from trainop_trainer.runtime import Runtime
 from trainop_trainer.step_schedule import Decision, Outcome
 from trainop_trainer.workloads import Batch, Workload
@@ -137,9 +147,32 @@ class Trainer:
             (stateful.SAMPLER, self.position),
         ):
             self.checkpointer.register(name, part)
+        self.evaluator: evaluation.Evaluator | None = None
+        if spec.evaluation is not None and workload.eval_dataset is not None:
+            self.evaluator = evaluation.Evaluator(
+                evaluation=spec.evaluation,
+                dataset=workload.eval_dataset,
+                task=workload.task,
+                ctx=ctx,
+                batch_size=self.batch_size,
+                to_device=workload.to_device,
+                autocast=self._autocast,
+                steps_per_epoch=self.steps_per_epoch,
+                total_steps=self.total_steps,
+            )
+        # DDP's wrapper would synchronise buffers in an evaluation's forward pass: evaluate the bare module.
+        # FSDP's sharded model is its own train model (its forward pass gathers the shards).
+        self.eval_model = (
+            self.model if self.parallel.strategy == trainingjob.ParallelismStrategy.DDP else self.train_model
+        )
+        self._evaluation: tuple[int, dict[str, float]] | None = None  # (step, metrics) of the last one
         # Buffers change in the forward pass (batch-norm statistics, DDP's buffer broadcast): a checkpoint
         # being staged must then be copied before the next forward, else before the next optimizer step.
         self._stage_before_forward = any(True for _ in self.model.buffers())
+        # Off unless a benchmark's environment asks for a trace window or A/B blocks (bench_hooks).
+        self.bench = bench_hooks.BenchHooks.from_env(
+            ctx=ctx, samples_per_step=self.batch_size * self.accum * ctx.world_size
+        )
 
     # The loop's counters live in the checkpointed parts.
     @property
@@ -272,17 +305,21 @@ class Trainer:
         if self._stage_before_forward:
             self.checkpointer.wait_for_staging()
         last = len(micro_batches) - 1
-        for index, (inputs, targets) in enumerate(micro_batches):
-            loss = self.forward_backward_step(inputs, targets, sync_grads=index == last)
-            self._window.add_loss(loss)
-        if self.hp.gradient_clip_norm is not None:
-            self.scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.hp.gradient_clip_norm, foreach=True)
-        self.checkpointer.wait_for_staging()
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()
+        with section("forward_backward"):
+            for index, (inputs, targets) in enumerate(micro_batches):
+                loss = self.forward_backward_step(inputs, targets, sync_grads=index == last)
+                self._window.add_loss(loss)
+        with section("optimizer"):
+            if self.hp.gradient_clip_norm is not None:
+                self.scaler.unscale_(self.optimizer)
+                torch.nn.utils.clip_grad_norm_(
+                    self.model.parameters(), self.hp.gradient_clip_norm, foreach=True
+                )
+            self.checkpointer.wait_for_staging()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.scheduler.step()
 
     # ------------------------------------------------------------------------------------ checkpoints
     def save_checkpoint(self, *, wait: bool = False) -> None:
@@ -296,6 +333,7 @@ class Trainer:
             metrics={} if self.reports.last_loss is None else {"loss": self.reports.last_loss},
             wait=wait,
             async_staging=True,
+            evaluation=self._evaluation[1] if self._evaluation and self._evaluation[0] == self.step else None,
         )
 
     def restore(self) -> None:
@@ -303,13 +341,18 @@ class Trainer:
 
     # --------------------------------------------------------------------------------------- reporting
     def report(self, *, to_ray: bool) -> None:
-        self.reports.report(
-            step=self.step,
-            total_steps=self.total_steps,
-            epoch=self.epoch,
-            to_ray=to_ray,
-            learning_rate=float(self.optimizer.param_groups[0]["lr"]),
-        )
+        with section("report"):
+            self.reports.report(
+                step=self.step,
+                total_steps=self.total_steps,
+                epoch=self.epoch,
+                to_ray=to_ray,
+                learning_rate=float(self.optimizer.param_groups[0]["lr"]),
+                # The last evaluation, so that a sweep can optimise a validation metric (eval_accuracy, ...).
+                ray_extra=None
+                if self._evaluation is None
+                else {f"eval_{k}": v for k, v in self._evaluation[1].items()},
+            )
 
     # ------------------------------------------------------------------------------------------- loop
     def _epoch_batches(self) -> Iterator[list[Batch]]:
@@ -318,17 +361,34 @@ class Trainer:
         self.sampler.set_start_index(self.batches_in_epoch * self.batch_size)
         batches = iter(self.batches)
         while True:
-            group = list(itertools.islice(batches, self.accum))
+            with section("data"):
+                group = list(itertools.islice(batches, self.accum))
             if len(group) < self.accum:
                 return
             yield group
 
+    def evaluate(self) -> dict[str, float]:
+        """Collective: evaluate the model now and publish the numbers."""
+        assert self.evaluator is not None
+        self.checkpointer.wait_for_staging()  # a checkpoint being staged must see the state as it was
+        metrics = self.evaluator.evaluate(self.eval_model)
+        self.evaluator.last_step = self.step
+        self._evaluation = (self.step, {k: v for k, v in metrics.items() if k != "samples"})
+        self.runtime.publish_evaluation(step=self.step, epoch=self.epoch, metrics=metrics)
+        return metrics
+
     def _after_step(self, decision: Decision) -> None:
+        evaluated = False
+        if self.evaluator is not None and not decision.stop and self.evaluator.due(self.step):
+            self.evaluate()
+            evaluated = True
         if decision.report:
             self.report(to_ray=decision.ray_report)
-        if decision.checkpoint:
+        checkpoint = decision.checkpoint or (evaluated and self.spec.checkpoint.keep_best is not None)
+        if checkpoint:
             self.save_checkpoint(wait=decision.stop)
-        self.runtime.injector.after_step(self.step, checkpointed_now=decision.checkpoint)
+        self.runtime.injector.after_step(self.step, checkpointed_now=checkpoint)
+        self.runtime.profiler.after_step(self.step, decision)
 
     def train(self) -> Outcome:
         self.restore()
@@ -353,9 +413,12 @@ class Trainer:
                 self.train_step(group)
                 self.step += 1
                 self.batches_in_epoch += self.accum
-                self.reports.step_finished(self.step, samples=samples_per_step)
-                decision = runtime.schedule.poll(self.step)
+                with section("metrics"):
+                    self.reports.step_finished(self.step, samples=samples_per_step)
+                with section("control"):
+                    decision = runtime.schedule.poll(self.step)
                 self._after_step(decision)
+                self.bench.after_step(self.step)
                 if decision.stop:
                     outcome = decision.outcome
                     break
@@ -367,12 +430,13 @@ class Trainer:
         return self._finish(outcome)
 
     def _finish(self, outcome: Outcome) -> Outcome:
+        self.bench.close()
         if outcome == Outcome.COMPLETED:
             if self.reports.needs_final_report(self.step):
                 self.report(to_ray=True)
             if self.checkpointer.last_step != self.step:
                 self.save_checkpoint(wait=True)
-        self.runtime.record.outcome(outcome.value, self.step)
+        self.runtime.finish(outcome, self.step)
         if self.ctx.is_rank0:
             log.info("training %s at step %d of %d", outcome.value, self.step, self.total_steps)
         return outcome

@@ -25,6 +25,13 @@ A minimal loop::
 ``step_done``, ``save_checkpoint`` and ``load_checkpoint`` are collective: every rank calls them at the
 same steps. Reports to Ray Train happen inside ``step_done`` at ``spec.reporting`` intervals only.
 
+Evaluation (``spec.evaluation``): register a hook with ``ctx.on_evaluate(fn)``; ``fn()`` runs on every
+rank inside ``step_done`` at the evaluation steps (``everySteps``; ``everyEpochs`` counts the epochs you pass
+to ``step_done(epoch=...)``) and after the last step, returns ``{"loss": ..., "accuracy": ...}`` (the same
+keys on every rank); the numbers are averaged over ranks and published like the built-in loop's
+(``status.evaluation``, metrics, MLflow/TensorBoard). With ``checkpoint.keepBest`` the evaluated step sets
+``checkpoint_due``, and the next ``save_checkpoint`` of that step carries the evaluation, which ranks it.
+
 A bad entrypoint fails before any worker starts, with one sentence naming ``spec.workload.entrypoint``.
 """
 
@@ -40,7 +47,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from trainop.api import trainingjob
-from trainop_trainer import stateful, step_schedule
+from trainop_trainer import evaluation, stateful, step_schedule
 from trainop_trainer.runtime import Runtime
 from trainop_trainer.step_schedule import Outcome
 
@@ -51,9 +58,10 @@ class EntrypointError(ValueError):
     """``spec.workload.entrypoint`` does not name a callable."""
 
 
-def resolve(entrypoint: str) -> UserFunction:
-    """Import ``pkg.module`` and return its ``function``; ``EntrypointError`` (one sentence) otherwise."""
-    field = f"spec.workload.entrypoint {entrypoint!r}"
+def resolve(entrypoint: str, *, field_name: str = "spec.workload.entrypoint") -> UserFunction:
+    """Import ``pkg.module`` and return its ``function``; ``EntrypointError`` (one sentence, naming
+    ``field_name``) otherwise."""
+    field = f"{field_name} {entrypoint!r}"
     module_name, sep, attr = entrypoint.partition(":")
     if not sep or not module_name or not attr:
         raise EntrypointError(f"{field} must have the form 'pkg.module:function'; add the ':function' part")
@@ -113,8 +121,43 @@ class Context:
         self._user_state = stateful.UserState(is_rank0=runtime.ctx.is_rank0)
         runtime.checkpointer.register(stateful.USER, self._user_state)
         self._epoch = 0
+        self._evaluate: Callable[[], Mapping[str, float]] | None = None
+        self._evaluation: tuple[int, dict[str, float]] | None = None  # (step, metrics) of the last one
+        self._evaluated_epoch: int | None = None
         runtime.schedule.reset_clocks()
         self._reports.start(0)
+
+    def on_evaluate(self, evaluate: Callable[[], Mapping[str, float]]) -> None:
+        """Register the evaluation hook: called with no arguments on every rank at the evaluation steps
+        (``spec.evaluation``), it returns the metrics of the model as it is (loss, accuracy, ...)."""
+        self._evaluate = evaluate
+
+    def _evaluation_due(self, step: int) -> bool:
+        evaluation = self.spec.evaluation
+        if evaluation is None or self._evaluate is None:
+            return False
+        if self._evaluation is not None and self._evaluation[0] == step:
+            return False
+        if evaluation.every_steps is not None and step % evaluation.every_steps == 0:
+            return True
+        if (
+            evaluation.every_epochs is not None
+            and self._epoch != self._evaluated_epoch
+            and self._epoch > 0
+            and self._epoch % evaluation.every_epochs == 0
+        ):
+            return True
+        return self.total_steps is not None and step >= self.total_steps
+
+    def evaluate_now(self, step: int) -> dict[str, float]:
+        """Collective: run the evaluation hook, average its numbers over ranks and publish them."""
+        assert self._evaluate is not None
+        local = self._evaluate()
+        metrics = evaluation.mean_over_ranks(self._runtime.control, sorted(local.items()))
+        self._evaluation = (step, metrics)
+        self._evaluated_epoch = self._epoch
+        self._runtime.publish_evaluation(step=step, epoch=self._epoch, metrics=metrics)
+        return metrics
 
     def prepare_model(self, model: nn.Module, *, channels_last: bool = False) -> nn.Module:
         """Move ``model`` to this worker's device and wrap it in DDP (``.module`` is your model)."""
@@ -147,6 +190,7 @@ class Context:
                 progress={},
                 metrics={},
                 wait=self.should_stop,
+                evaluation=self._evaluation[1] if self._evaluation and self._evaluation[0] == step else None,
             )
         finally:
             self._user_state.pending = None
@@ -172,11 +216,17 @@ class Context:
         self._reports.step_finished(step, samples=samples)
         decision = runtime.schedule.poll(step)
         self._decision = decision
+        evaluated = not decision.stop and self._evaluation_due(step)
+        if evaluated:
+            self.evaluate_now(step)
         if decision.report:
             self._report(step, metrics, to_ray=decision.ray_report)
-        self.checkpoint_due = decision.checkpoint
+        self.checkpoint_due = decision.checkpoint or (
+            evaluated and self.spec.checkpoint.keep_best is not None
+        )
         self.should_stop = decision.stop
         runtime.injector.after_step(step, checkpointed_now=False)
+        runtime.profiler.after_step(step, decision)
 
     def _report(self, step: int, metrics: Mapping[str, float] | None, *, to_ray: bool) -> None:
         self._reports.report(
@@ -209,5 +259,5 @@ def run(runtime: Runtime) -> Outcome:
     outcome = ctx.outcome()
     if outcome == Outcome.COMPLETED and ctx.unreported_steps:
         ctx.report_now()
-    runtime.record.outcome(outcome.value, ctx.last_step)
+    runtime.finish(outcome, ctx.last_step)
     return outcome

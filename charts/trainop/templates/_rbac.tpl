@@ -59,11 +59,12 @@ RBAC cannot confine writes to the objects trainop manages: templates/admission-p
 - apiGroups: [""]
   resources: ["serviceaccounts"]
   verbs: ["list", "watch", "create", "patch"]
-# Each job's Role (get+patch on its own status only) and its RoleBinding: server-side applied, watched.
+# Each job's Role (get+patch on its own status only, create on Events for a profile's outcome) and its
+# RoleBinding: server-side applied, watched.
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
   verbs: ["list", "watch", "create", "patch"]
-# Events on jobs (kopf's and the operator's, both core/v1).
+# Events on jobs (kopf's and the operator's, both core/v1); the trainer's Role grants the same.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]

@@ -2,8 +2,10 @@
 
 Shows every service of the trainer's context: ``ctx.config`` (``slope``, ``bias``, ``batchSize``),
 ``ctx.prepare_model``, ``ctx.load_checkpoint`` / ``ctx.save_checkpoint``, ``ctx.step_done`` (metrics,
-progress, and the ``checkpoint_due`` / ``should_stop`` decisions). Each step's data is drawn from a generator
-seeded by (seed, rank, step), so a resumed run sees exactly the batches an uninterrupted one would.
+progress, and the ``checkpoint_due`` / ``should_stop`` decisions), and ``ctx.on_evaluate`` (the mean
+squared error on a fixed held-out set, at the steps ``spec.evaluation`` names). Each step's data is drawn
+from a generator seeded by (seed, rank, step), so a resumed run sees exactly the batches an uninterrupted
+one would.
 """
 
 from __future__ import annotations
@@ -28,6 +30,18 @@ def train(ctx: Context) -> None:
         model.module.load_state_dict(restored.state["model"])
         optimizer.load_state_dict(restored.state["optimizer"])
         start = restored.step
+
+    # A fixed held-out set, this rank's share of it: drawn from its own generator, so evaluating never
+    # changes the training data.
+    held_out = torch.Generator().manual_seed(12345 + ctx.rank)
+    eval_x = torch.randn(256, 1, generator=held_out).to(ctx.device)
+    eval_y = slope * eval_x + bias
+
+    def evaluate() -> dict[str, float]:
+        with torch.no_grad():
+            return {"loss": float(torch.nn.functional.mse_loss(model.module(eval_x), eval_y))}
+
+    ctx.on_evaluate(evaluate)
 
     generator = torch.Generator()
     for step in range(start + 1, total_steps + 1):

@@ -6,7 +6,8 @@ apiserver should fill them in. ``structural_schema`` does that translation and n
 CRDs in crds/ are a pure function of the models (``make crds`` writes them; a test compares).
 
 Design choices:
-- Optional spec objects default to the object their fields' defaults make, so the apiserver fills in
+- Optional spec objects default to the object their fields' defaults make (those whose model default is
+  None stay absent), so the apiserver fills in
   nested defaults and ``kubectl get -o yaml`` shows the effective spec. Status carries no defaults:
   it is written, not filled.
 - Free-form maps (``dict[str, Any]``) become ``x-kubernetes-preserve-unknown-fields``; nothing else does.
@@ -68,10 +69,14 @@ def _convert(node: JsonSchema, defs: dict[str, JsonSchema], *, apply_defaults: b
         node.setdefault("type", "string")
 
     out: JsonSchema = {}
+    # Optional objects whose model default is None (an absent evaluation, keepBest, Secret reference) stay
+    # absent: defaulting them to an object would switch the feature on for every job.
+    absent_by_default: set[str] = set()
     for key, value in node.items():
         if key in _DROP_KEYS:
             continue
         if key == "properties":
+            absent_by_default = {name for name, sub in value.items() if sub.get("default", 0) is None}
             out["properties"] = {
                 name: _convert(sub, defs, apply_defaults=apply_defaults) for name, sub in value.items()
             }
@@ -111,6 +116,8 @@ def _convert(node: JsonSchema, defs: dict[str, JsonSchema], *, apply_defaults: b
         if apply_defaults:
             required = set(out.get("required", []))
             for name, sub in out["properties"].items():
+                if name in absent_by_default:
+                    continue
                 if sub.get("type") == "object" and "properties" in sub and name not in required:
                     # The default is the object its own field defaults make, not {}: the apiserver checks
                     # a default against the CEL rules without defaulting inside it first.

@@ -2,8 +2,9 @@
 
 A TrainingJob's and a TuningSweep's status are written by two parties on disjoint keys: the operator
 (``phase``, ``conditions``, ``attempt``, ``restarts``, ``failures``, ``children``, the times) and the
-workload (a TrainingJob's trainer rank 0: ``progress``, ``checkpoint``, ``network``; a TuningSweep's
-driver: ``trials``, ``bestTrial``, ``updated``). :class:`OperatorStatus` is the operator's part; each
+workload (a TrainingJob's trainer rank 0: ``progress``, ``checkpoint``, ``network``, ``cost`` and the
+experiment records ``evaluation``, ``profile``, ``communication``, ``tracking``; a TuningSweep's driver:
+``trials``, ``bestTrial``, ``updated``). :class:`OperatorStatus` is the operator's part; each
 kind's status model extends it (``trainingjob.TrainingJobOperatorStatus`` adds ``workers``/``gpus``,
 then ``TrainingJobStatus`` the trainer's keys; ``tuningsweep.TuningSweepStatus`` the driver's), so the
 CRD schema, the docs and the operator's own reads and writes all come from this one definition.

@@ -18,7 +18,7 @@ from typing import Literal
 
 import pydantic
 
-from trainop.api import base, resources, trainingjob, tuningsweep
+from trainop.api import base, experiment, resources, trainingjob, tuningsweep
 
 CONFIG_ENV = "TRAINOP_CONFIG"
 STORAGE_PATH_ENV = "TRAINOP_STORAGE_PATH"
@@ -45,6 +45,51 @@ class StatusTarget(base.ApiModel):
     name: str
 
 
+# The operator's price of one GPU-hour (the chart's cost.pricePerGpuHour and cost.currency put these in
+# the operator's environment); a job's trainop.dev/price-per-gpu-hour annotation wins.
+PRICE_ENV = "TRAINOP_PRICE_PER_GPU_HOUR"
+CURRENCY_ENV = "TRAINOP_CURRENCY"
+DEFAULT_CURRENCY = "USD"
+
+
+class Pricing(base.ApiModel):
+    """What one GPU-hour of this job costs, for status.cost (``trainop_trainer.cost``)."""
+
+    price_per_gpu_hour: float | None = pydantic.Field(
+        default=None, ge=0.0, description="Unset: GPU-hours are counted, no cost is estimated."
+    )
+    currency: str = DEFAULT_CURRENCY
+    source: str = pydantic.Field(default="", description="Where the price came from, for people.")
+
+
+def pricing_for(job: trainingjob.TrainingJob) -> Pricing:
+    """The job's ``trainop.dev/price-per-gpu-hour`` annotation, else the operator's environment (chart
+    values), else no price. A malformed annotation is ignored in favour of the chart's price: cost is an
+    estimate and must never stop a job."""
+    currency = os.environ.get(CURRENCY_ENV) or DEFAULT_CURRENCY
+    raw = job.metadata.annotations.get(experiment.PRICE_ANNOTATION)
+    if raw is not None:
+        try:
+            price = float(raw)
+        except ValueError:
+            price = -1.0
+        if price >= 0.0:
+            return Pricing(
+                price_per_gpu_hour=price,
+                currency=currency,
+                source=f"annotation {experiment.PRICE_ANNOTATION}",
+            )
+    env = os.environ.get(PRICE_ENV)
+    if env:
+        try:
+            return Pricing(
+                price_per_gpu_hour=float(env), currency=currency, source="chart cost.pricePerGpuHour"
+            )
+        except (ValueError, pydantic.ValidationError):
+            pass
+    return Pricing(currency=currency)
+
+
 class TrainerConfig(base.ApiModel):
     job_name: str
     run_name: str = pydantic.Field(
@@ -55,6 +100,10 @@ class TrainerConfig(base.ApiModel):
     spec: trainingjob.TrainingJobSpec
     status_target: StatusTarget | None = pydantic.Field(
         default=None, description="Set in a cluster; None in local mode (status goes to the terminal)."
+    )
+    pricing: Pricing = pydantic.Field(default_factory=Pricing)
+    tracking_parent_run_id: str | None = pydantic.Field(
+        default=None, description="A sweep's MLflow parent run: a trial's run becomes its child."
     )
 
 
@@ -97,6 +146,7 @@ def for_job(
         attempt=attempt,
         spec=resources.resolved(job.spec),
         status_target=target,
+        pricing=pricing_for(job),
     )
 
 

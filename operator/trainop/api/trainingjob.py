@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 import pydantic
 
-from trainop.api import base, cel, operator_status
+from trainop.api import base, cel, experiment, operator_status
 
 # Defined once in operator_status (both kinds share them); named here too, where a job's users look.
 Phase = operator_status.Phase
@@ -63,6 +63,9 @@ class DatasetKind(enum.StrEnum):
     CIFAR10 = "cifar10"
     IMAGEFOLDER = "imagefolder"
     TOKENS = "tokens"
+    DIGITS = (
+        "digits"  # scikit-learn's bundled 8x8 handwritten digits: a real dataset that ships with a package
+    )
 
 
 class Precision(enum.StrEnum):
@@ -116,7 +119,7 @@ class Dataset(base.ApiModel):
         json_schema_extra={
             "x-kubernetes-validations": [
                 cel.rule(
-                    "self.kind == 'synthetic' || (has(self.path) && self.path != '')",
+                    "self.kind in ['synthetic', 'digits'] || (has(self.path) && self.path != '')",
                     "path is required when kind is not synthetic: set the directory or file",
                     cel.format("path is required when kind is %s: set the directory or file", "self.kind"),
                 )
@@ -127,12 +130,13 @@ class Dataset(base.ApiModel):
     kind: DatasetKind = DatasetKind.SYNTHETIC
     """Where samples come from: synthetic (the default: generated on the fly, nothing to prepare), cifar10
     (the python-pickle data_batch_* files under path), imagefolder (one sub-directory of images per class
-    under path) or tokens (a flat little-endian uint16 token file at path, memory-mapped). Image kinds feed
-    resnet18/resnet50, tokens feeds gpt-small/gpt-tiny."""
+    under path), tokens (a flat little-endian uint16 token file at path, memory-mapped) or digits
+    (scikit-learn's bundled 1,797 8x8 handwritten digits, 10 classes, no path: a real dataset for the mlp).
+    Image kinds feed resnet18/resnet50, tokens feeds gpt-small/gpt-tiny, digits feeds mlp."""
     path: str | None = pydantic.Field(
         default=None,
-        description="The data as the pods see it, required by every kind but synthetic: the cifar10 or "
-        "imagefolder directory, or the tokens file. Usually on a volume the pods mount, such as "
+        description="The data as the pods see it, required by every kind but synthetic and digits: the "
+        "cifar10 or imagefolder directory, or the tokens file. Usually on a volume the pods mount, such as "
         "/checkpoints/data/... on the checkpoint claim.",
     )
     num_samples: Annotated[int, pydantic.Field(ge=1)] = pydantic.Field(
@@ -157,21 +161,68 @@ class Dataset(base.ApiModel):
 
     @pydantic.model_validator(mode="after")
     def _path_needed(self) -> Dataset:
-        if self.kind != DatasetKind.SYNTHETIC and not self.path:
+        if self.kind not in (DatasetKind.SYNTHETIC, DatasetKind.DIGITS) and not self.path:
             raise ValueError(f"path is required when kind is {self.kind.value}: set the directory or file")
         return self
 
 
+class Evaluation(base.ApiModel):
+    """Validation during training: every N steps and/or epochs, on a held-out split or a separate dataset."""
+
+    model_config = pydantic.ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel.rule(
+                    "has(self.everySteps) || has(self.everyEpochs)",
+                    "set evaluation.everySteps or evaluation.everyEpochs (or both)",
+                )
+            ]
+        }
+    )
+
+    every_steps: Annotated[int, pydantic.Field(ge=1)] | None = None
+    """Evaluate every this many optimizer steps. Set everySteps, everyEpochs or both; the model is also
+    evaluated after the last step."""
+    every_epochs: Annotated[int, pydantic.Field(ge=1)] | None = None
+    """Evaluate at the end of every this many epochs."""
+    holdout_fraction: Annotated[float, pydantic.Field(gt=0.0, le=0.5)] = pydantic.Field(
+        default=0.1,
+        description="Without evaluation.dataset: the fraction of workload.dataset held out for evaluation "
+        "(a fixed, seeded choice of samples; training never sees them). Default 0.1.",
+    )
+    dataset: Dataset | None = None
+    """A separate evaluation dataset (the same fields as workload.dataset). Unset: a held-out split of
+    workload.dataset (holdoutFraction)."""
+    max_batches: Annotated[int, pydantic.Field(ge=1)] | None = None
+    """Evaluate on at most this many batches per rank (a quicker, partial evaluation). Unset: the whole
+    evaluation set, split over the ranks."""
+    batch_size_per_worker: Annotated[int, pydantic.Field(ge=1, le=65536)] | None = None
+    """Samples per evaluation batch on each rank. Unset: the training batchSizePerWorker."""
+
+    @pydantic.model_validator(mode="after")
+    def _has_a_period(self) -> Evaluation:
+        if self.every_steps is None and self.every_epochs is None:
+            raise ValueError("set evaluation.everySteps or evaluation.everyEpochs (or both)")
+        return self
+
+
+WORKLOAD_EXACTLY_ONE = (
+    "set exactly one of workload.model (a built-in model), workload.entrypoint (your own "
+    "pkg.module:function) or workload.rayTrain (a Ray Train train_loop_per_worker)"
+)
+
+
 class Workload(base.ApiModel):
-    """What to train: a built-in model + dataset, or a user function ``pkg.module:function``."""
+    """What to train: a built-in model + dataset, a user function ``pkg.module:function``, or an unmodified
+    Ray Train function."""
 
     model_config = pydantic.ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
                 {
-                    "rule": "has(self.model) != has(self.entrypoint)",
-                    "message": "set exactly one of workload.model (a built-in model) or workload.entrypoint "
-                    "(your own pkg.module:function)",
+                    "rule": "[has(self.model), has(self.entrypoint), has(self.rayTrain)]"
+                    ".filter(set, set).size() == 1",
+                    "message": WORKLOAD_EXACTLY_ONE,
                 }
             ]
         }
@@ -189,6 +240,17 @@ class Workload(base.ApiModel):
             "entrypoint or model, not both; it cannot change while the job exists.",
         )
     )
+    ray_train: Annotated[str, pydantic.Field(pattern=ENTRYPOINT_PATTERN, max_length=256)] | None = (
+        pydantic.Field(
+            default=None,
+            description="An unmodified Ray Train V2 training function as 'pkg.module:train_loop_per_worker', "
+            "written with ray.train.report, ray.train.get_checkpoint and ray.train.torch.prepare_model / "
+            "prepare_data_loader: trainop runs it in a TorchTrainer with its storage path, NCCL environment, "
+            "worker restarts and attempts, and maps its reports and checkpoints onto the status "
+            "(docs/trainer.md, Ray Train functions). workload.config is its train_loop_config. Set one of "
+            "model, entrypoint or rayTrain; it cannot change while the job exists.",
+        )
+    )
     dataset: Dataset = pydantic.Field(default_factory=Dataset)
     """The training data. Nothing is ever downloaded: synthetic data is generated, real data is read from
     dataset.path inside the pods (for example on the checkpoint volume)."""
@@ -196,16 +258,13 @@ class Workload(base.ApiModel):
         default_factory=dict,
         description="Free-form settings: for gpt-small/gpt-tiny vocabSize, numLayers, numHeads, embedDim, "
         "dropout; for mlp inputDim, hiddenDim, numLayers; for an entrypoint, whatever it reads from "
-        "ctx.config.",
+        "ctx.config; for rayTrain, the train_loop_config its function receives.",
     )
 
     @pydantic.model_validator(mode="after")
     def _exactly_one(self) -> Workload:
-        if (self.model is None) == (self.entrypoint is None):
-            raise ValueError(
-                "set exactly one of workload.model (a built-in model) or workload.entrypoint "
-                "(your own pkg.module:function)"
-            )
+        if [self.model, self.entrypoint, self.ray_train].count(None) != 2:
+            raise ValueError(WORKLOAD_EXACTLY_ONE)
         return self
 
 
@@ -487,6 +546,10 @@ class Checkpoint(base.ApiModel):
     keep_last: Annotated[int, pydantic.Field(ge=1, le=100)] = 3
     """Checkpoints kept on the volume; the oldest beyond this number are deleted after each successful write.
     Default 3, so a corrupt newest checkpoint still leaves older ones to resume from."""
+    keep_best: experiment.KeepBest | None = None
+    """Also keep the best checkpoint by an evaluation metric (metric, mode), apart from the keepLast newest:
+    keepLast pruning never deletes it; status.checkpoint.best names it. Needs spec.evaluation (or an
+    entrypoint's evaluate hook). Unset: only the keepLast newest are kept."""
     storage: Storage = pydantic.Field(default_factory=Storage)
     """The volume checkpoints live on, mounted at /checkpoints in every Ray pod. Cannot change while the job
     exists: a new attempt must find the same checkpoints."""
@@ -625,6 +688,14 @@ def _spec_rules() -> list[cel.Rule]:
     users = "{" + ", ".join(f"{port}: {cel.string(user)}" for port, user in RAY_POD_PORTS.items()) + "}"
     clash = f"{ray_ports}.filter(p, {first} <= p && p <= {last})[0]"
     return [
+        cel.rule(
+            "!has(self.checkpoint.keepBest) || has(self.evaluation) || has(self.workload.entrypoint)",
+            KEEP_BEST_NEEDS_EVALUATION,
+        ),
+        cel.rule(
+            "!has(self.workload.rayTrain) || (!has(self.checkpoint.keepBest) && !has(self.evaluation))",
+            RAY_TRAIN_EVALUATES_ITSELF,
+        ),
         cel.rule("self.precision != 'fp16' || self.workers.gpusPerWorker >= 1", FP16_NEEDS_GPUS),
         cel.rule(
             "self.parallelism.strategy == 'ddp' || self.precision != 'fp16'",
@@ -633,7 +704,7 @@ def _spec_rules() -> list[cel.Rule]:
         ),
         cel.rule("!self.parallelism.cpuOffload || self.workers.gpusPerWorker >= 1", CPU_OFFLOAD_NEEDS_GPUS),
         cel.rule(
-            "!has(self.workload.entrypoint) || type(self.hyperparameters.batchSizePerWorker) == int",
+            "has(self.workload.model) || type(self.hyperparameters.batchSizePerWorker) == int",
             AUTO_BATCH_NEEDS_A_BUILTIN_MODEL,
         ),
         cel.rule(
@@ -662,6 +733,13 @@ def _spec_rules() -> list[cel.Rule]:
     ]
 
 
+KEEP_BEST_NEEDS_EVALUATION = (
+    "checkpoint.keepBest ranks checkpoints by an evaluation metric: set spec.evaluation, or remove keepBest"
+)
+RAY_TRAIN_EVALUATES_ITSELF = (
+    "a workload.rayTrain function evaluates and keeps checkpoints itself (ray.train.report and Ray Train's "
+    "checkpoints): remove spec.evaluation and checkpoint.keepBest"
+)
 FP16_NEEDS_GPUS = "precision fp16 needs GPUs: set workers.gpusPerWorker >= 1 or use bf16/fp32"
 FP16_NEEDS_DDP = (
     "precision fp16 is not supported with parallelism.strategy {strategy} (its loss scaling is per rank, "
@@ -673,7 +751,7 @@ CPU_OFFLOAD_NEEDS_GPUS = (
 )
 AUTO_BATCH_NEEDS_A_BUILTIN_MODEL = (
     "hyperparameters.batchSizePerWorker auto probes a built-in model's training step; a user "
-    "entrypoint chooses its own batch: set an integer batchSizePerWorker"
+    "entrypoint or Ray Train function chooses its own batch: set an integer batchSizePerWorker"
 )
 
 
@@ -721,6 +799,13 @@ class TrainingJobSpec(base.ApiModel):
     reporting: Reporting = pydantic.Field(default_factory=Reporting)
     """How often the trainer's rank 0 updates status.progress and its Prometheus metrics, and the port they
     are served on."""
+    evaluation: Evaluation | None = None
+    """Validation while training: every N steps or epochs on a held-out split (or a separate dataset), with
+    loss, top-1/top-5 accuracy for classifiers and perplexity for language models on status.evaluation, as
+    metrics and in the tracking backends. Unset: no evaluation."""
+    tracking: experiment.Tracking = pydantic.Field(default_factory=experiment.Tracking)
+    """Experiment tracking besides the status: an MLflow run per job (every attempt continues it) and
+    TensorBoard event files on the checkpoint volume."""
     suspend: bool = False
     """true stops the job: its RayJob and Ray pods are deleted, checkpoints stay on the volume, phase becomes
     Suspended. Setting it back to false starts a new attempt that resumes from the newest checkpoint (not
@@ -741,8 +826,22 @@ class TrainingJobSpec(base.ApiModel):
 
     @pydantic.model_validator(mode="after")
     def _auto_batch_needs_a_builtin_model(self) -> TrainingJobSpec:
-        if self.hyperparameters.batch_size_per_worker == AUTO and self.workload.entrypoint is not None:
+        if self.hyperparameters.batch_size_per_worker == AUTO and self.workload.model is None:
             raise ValueError(AUTO_BATCH_NEEDS_A_BUILTIN_MODEL)
+        return self
+
+    @pydantic.model_validator(mode="after")
+    def _experiment_fits_the_workload(self) -> TrainingJobSpec:
+        if (
+            self.checkpoint.keep_best is not None
+            and self.evaluation is None
+            and self.workload.entrypoint is None
+        ):
+            raise ValueError(KEEP_BEST_NEEDS_EVALUATION)
+        if self.workload.ray_train is not None and (
+            self.checkpoint.keep_best is not None or self.evaluation is not None
+        ):
+            raise ValueError(RAY_TRAIN_EVALUATES_ITSELF)
         return self
 
     @pydantic.model_validator(mode="after")
@@ -778,6 +877,7 @@ class TrainingJobSpec(base.ApiModel):
 IMMUTABLE_FIELDS: tuple[tuple[str, ...], ...] = (
     ("workload", "model"),
     ("workload", "entrypoint"),
+    ("workload", "rayTrain"),
     ("workers", "replicas"),
     ("workers", "gpusPerWorker"),
     ("checkpoint", "storage"),
@@ -833,6 +933,8 @@ class CheckpointStatus(base.ApiModel):
     """When the checkpoint was complete on the volume (RFC 3339, UTC)."""
     metrics: dict[str, float] = pydantic.Field(default_factory=dict)
     """Metrics at that step, e.g. loss."""
+    best: experiment.BestCheckpoint | None = None
+    """With checkpoint.keepBest: the best checkpoint so far (step, metric, value, path)."""
 
 
 class NetworkStatus(base.ApiModel):
@@ -876,6 +978,17 @@ class TrainingJobStatus(TrainingJobOperatorStatus):
     network: NetworkStatus | None = None
     """The network the trainer found and the all-reduce bandwidth it measured at start-up, written by
     rank 0."""
+    evaluation: experiment.EvaluationStatus | None = None
+    """The last evaluation (spec.evaluation), written by the trainer's rank 0."""
+    profile: experiment.ProfileStatus | None = None
+    """The outcome of the last trainop.dev/profile annotation: state and where the traces are."""
+    communication: experiment.CommunicationStatus | None = None
+    """The last communication report (trainop.dev/communication-report annotation): bus bandwidth of
+    all-reduce, all-gather and broadcast at several sizes."""
+    cost: experiment.CostStatus | None = None
+    """GPU-hours, estimated cost and idle GPU time, updated by the trainer's rank 0 at every report."""
+    tracking: experiment.TrackingStatus | None = None
+    """The MLflow run and TensorBoard directory of this job."""
 
 
 class TrainingJob(base.ApiModel):

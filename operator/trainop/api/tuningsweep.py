@@ -104,7 +104,8 @@ class Distribution(base.ApiModel):
 class Objective(base.ApiModel):
     metric: Annotated[str, pydantic.Field(min_length=1)] = "loss"
     """The metric the sweep optimises, as the trainer reports it: loss (the default), samples_per_second, step
-    or epoch for built-in models; a user entrypoint may also report its own."""
+    or epoch for built-in models, and with spec.template.evaluation the last evaluation's eval_loss,
+    eval_accuracy, eval_top5Accuracy or eval_perplexity; a user entrypoint may also report its own."""
     mode: Mode = Mode.MIN
     """min (the default) or max: whether smaller or larger values of the metric are better."""
     goal: float | None = pydantic.Field(

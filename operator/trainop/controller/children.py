@@ -56,7 +56,9 @@ def desired_configmap(resource: manifest.Resource, attempt: int) -> Manifest:
 
 
 def desired_rbac(resource: manifest.Resource) -> list[Manifest]:
-    """ServiceAccount + Role + RoleBinding: the trainer may get and patch its owner's status, nothing else."""
+    """ServiceAccount + Role + RoleBinding: the trainer may get and patch its owner's status (the GET also
+    shows it the owner's annotations: profile requests) and create Events (a profile's outcome), nothing
+    else."""
     kind = kinds.kind_of(resource)
     name = resource.metadata.name
     account = kind.service_account_name(name)
@@ -78,7 +80,10 @@ def desired_rbac(resource: manifest.Resource) -> list[Manifest]:
                     "resources": [f"{kind.plural}/status"],
                     "resourceNames": [name],
                     "verbs": ["get", "patch"],
-                }
+                },
+                # Events about the job (a profile or communication report done); Kubernetes cannot narrow
+                # create to one involved object, so this is namespace-wide, as the operator's own grant.
+                {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
             ],
         },
         {

@@ -140,11 +140,6 @@ class Engine:
             else:
                 self.queue.forget(key)
                 metrics.record_reconcile(kind, ok=True, seconds=time.monotonic() - started)
-                transition = result.transition
-                if transition is not None and transition.restarted:
-                    metrics.record_restart(kind)
-                if transition is not None and transition.time_to_running is not None:
-                    metrics.record_time_to_running(kind, transition.time_to_running)
                 if result.requeue_after is not None:
                     self.queue.add_after(key, result.requeue_after)
             finally:

@@ -72,6 +72,8 @@ LOG_CONTAINER_RESOURCES = {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits
 WORKER_CONTAINER = "ray-worker"
 WORKER_GROUP = "workers"
 CONFIG_DIR = "/etc/trainop"
+# spec.tracking.mlflow.trackingUriSecret reaches the trainer as this variable (trainop_trainer.tracking).
+MLFLOW_TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
 # The Ray head runs the entrypoint, the dashboard, GCS and Ray Train's controller, no training. Its memory
 # request is what those processes used at their peak on the CPU demo (about 2.9 GiB, docs/operator.md);
 # the limit, which Ray sees as the node's memory, leaves room for larger jobs' controller state.
@@ -93,6 +95,10 @@ PRESTOP_COMMAND = ("python", "-m", "trainop_trainer.preempt", "--timeout")
 # Seconds of the grace period the helper leaves over: its own start-up (Python, imports) before it signals,
 # and time for the kubelet's SIGTERM to stop `ray start` before the SIGKILL at the end of the period.
 PRESTOP_MARGIN_SECONDS = 5
+# Seconds a Ray worker keeps trying to reach a lost head's GCS before it exits (its pod then restarts it
+# and it joins the new head); KubeRay sets 600 on workers unless the container already sets it.
+GCS_RECONNECT_TIMEOUT_ENV = "RAY_GCS_RPC_SERVER_RECONNECT_TIMEOUT_S"
+WORKER_GCS_RECONNECT_TIMEOUT_S = 60
 VOLUME_CHECKPOINTS = "checkpoints"
 VOLUME_CONFIG = "trainer-config"
 VOLUME_SHM = "dshm"
@@ -236,6 +242,13 @@ def _container(
         }
         ports: list[dict[str, Any]] = []
     else:
+        # A lost head (its pod deleted, its node gone): KubeRay recreates the head and, in HTTPMode, submits
+        # the job again to the new one, which resumes from the newest checkpoint. The workers must leave the
+        # dead head's GCS to join the new one: they exit once they cannot reach it for this long, and their
+        # pods restart them. KubeRay's own default for workers is 600 s, ten minutes of idle GPUs per lost
+        # head (measured on the cluster bed: the job sat still until then); a training job cannot outlive a
+        # minute without its GCS anyway.
+        env[GCS_RECONNECT_TIMEOUT_ENV] = str(WORKER_GCS_RECONNECT_TIMEOUT_S)
         cpu = _cpu(resources.worker_cpus(spec))
         memory = resources.worker_memory(spec)
         limits: dict[str, Any] = {"cpu": cpu, "memory": memory}
@@ -253,10 +266,21 @@ def _container(
         if spec.reporting.metrics_port != RAY_METRICS_PORT:
             # Naming our port "metrics" stops KubeRay from adding Ray's own; declare that one explicitly.
             ports.append({"name": "ray-metrics", "containerPort": RAY_METRICS_PORT, "protocol": "TCP"})
+    env_list: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(env.items())]
+    mlflow = spec.tracking.mlflow
+    if mlflow is not None and mlflow.tracking_uri_secret is not None:
+        # The tracking URI may hold credentials: read from the Secret by the kubelet, never in the spec.
+        secret = mlflow.tracking_uri_secret
+        env_list.append(
+            {
+                "name": MLFLOW_TRACKING_URI_ENV,
+                "valueFrom": {"secretKeyRef": {"name": secret.name, "key": secret.key}},
+            }
+        )
     container: dict[str, Any] = {
         "name": HEAD_CONTAINER if head else WORKER_CONTAINER,
         "image": spec.image,
-        "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+        "env": env_list,
         "resources": requests_limits,
         "volumeMounts": [
             {"name": VOLUME_CHECKPOINTS, "mountPath": trainer_config.CHECKPOINT_MOUNT_PATH},

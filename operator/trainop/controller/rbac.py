@@ -109,10 +109,15 @@ GRANTS: tuple[Grant, ...] = (
         ("rbac.authorization.k8s.io",),
         ("roles", "rolebindings"),
         ("list", "watch", "create", "patch"),
-        "Each job's Role (get+patch on its own status only) and its RoleBinding: server-side applied, "
-        "watched.",
+        "Each job's Role (get+patch on its own status only, create on Events for a profile's outcome) and "
+        "its RoleBinding: server-side applied, watched.",
     ),
-    Grant(("",), ("events",), ("create",), "Events on jobs (kopf's and the operator's, both core/v1)."),
+    Grant(
+        ("",),
+        ("events",),
+        ("create",),
+        "Events on jobs (kopf's and the operator's, both core/v1); the trainer's Role grants the same.",
+    ),
     Grant(
         ("apiextensions.k8s.io",),
         ("customresourcedefinitions",),

@@ -53,6 +53,7 @@ from trainop.controller import (
     failpoints,
     kinds,
     kube,
+    metrics,
     observe,
     own_writes,
     rayjob,
@@ -144,7 +145,7 @@ class Reconciler:
         errors: dict[str, observe.Problem] = {}
         # The record of intent and the children that depend on none of it, concurrently.
         recorded, first_wave = await asyncio.gather(
-            self._record(key, resource_api, body, verdict, transition, read),
+            self._record(key, kind, resource_api, body, verdict, transition, read),
             self._write_wave(key, waves[0], errors),
             return_exceptions=True,
         )
@@ -180,6 +181,7 @@ class Reconciler:
     async def _record(
         self,
         key: OwnerKey,
+        kind: kinds.Kind,
         resource_api: kube.Resource,
         body: Mapping[str, Any],
         verdict: acceptance.Acceptance,
@@ -210,6 +212,12 @@ class Reconciler:
                 resource_api, key.namespace, key.name, {"status": patch}, subresource="status"
             )
             failpoints.hit("status-written", str(transition.status.phase))
+            # Counted once the status that records them is written: a failure writing children after this
+            # retries the reconcile, which then starts from the new status and would not see them again.
+            if transition.restarted:
+                metrics.record_restart(kind)
+            if transition.time_to_running is not None:
+                metrics.record_time_to_running(kind, transition.time_to_running)
 
     def _observe(
         self, key: OwnerKey, kind: kinds.Kind, body: Mapping[str, Any], verdict: acceptance.Acceptance

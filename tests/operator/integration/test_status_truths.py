@@ -115,7 +115,14 @@ def test_a_missing_existing_claim_starts_no_pods_and_its_creation_wakes_the_job_
     )
     assert condition(started, "StorageReady")["reason"] == "ClaimPending"
     assert started["children"]["persistentVolumeClaim"] == "shared"
-    assert api.get(api.ray_jobs(namespace, "mlp-a1")) is not None
+    # The status is written before the children it names (a crash in between is then repaired from it):
+    # the RayJob follows within the same reconcile.
+    wait_for(
+        lambda: api.get(api.ray_jobs(namespace, "mlp-a1")),
+        lambda r: r is not None,
+        timeout_s=20,
+        what="RayJob mlp-a1 after the status named it",
+    )
 
 
 def test_a_job_recreated_while_its_namesakes_claim_is_being_deleted_says_so_and_waits_for_it(

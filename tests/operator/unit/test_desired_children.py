@@ -165,7 +165,7 @@ def test_a_job_without_a_uid_cannot_own_children() -> None:
     ],
     ids=["trainingjob", "tuningsweep"],
 )
-def test_the_trainer_may_only_get_and_patch_its_own_owners_status(
+def test_the_trainer_may_only_get_and_patch_its_own_owners_status_and_create_events(
     body: dict[str, Any], plural: str, account: str
 ) -> None:
     built = by_kind(children.desired_children(resource(body), 1))
@@ -175,7 +175,8 @@ def test_the_trainer_may_only_get_and_patch_its_own_owners_status(
             "resources": [f"{plural}/status"],
             "resourceNames": ["mlp"],
             "verbs": ["get", "patch"],
-        }
+        },
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     ]
     assert built["RoleBinding"]["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
@@ -443,3 +444,31 @@ def test_every_ray_container_turns_ray_trains_preemption_watcher_off(group: str)
     container = pods(job_children()["RayJob"])[group]["spec"]["containers"][0]  # the Ray container
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] == "0"
+
+
+def test_workers_leave_a_lost_heads_gcs_within_a_minute_to_join_the_new_head() -> None:
+    """KubeRay recreates a lost head and resubmits the job; its default keeps workers waiting for the dead
+    GCS for 600 s (idle GPUs); the operator sets one minute on every worker, none on the head."""
+    built = pods(job_children()["RayJob"])
+    worker_env = {e["name"]: e.get("value") for e in built["worker"]["spec"]["containers"][0]["env"]}
+    head_env = {e["name"]: e.get("value") for e in built["head"]["spec"]["containers"][0]["env"]}
+    assert worker_env["RAY_GCS_RPC_SERVER_RECONNECT_TIMEOUT_S"] == "60"
+    assert "RAY_GCS_RPC_SERVER_RECONNECT_TIMEOUT_S" not in head_env
+
+
+def test_an_mlflow_uri_from_a_secret_reaches_every_ray_container_through_a_secret_key_ref() -> None:
+    body = factories.job("mlp")
+    body["spec"]["tracking"] = {"mlflow": {"trackingUriSecret": {"name": "mlflow", "key": "uri"}}}
+    built = by_kind(children.desired_children(resource(body), 1))
+    ray_containers = [
+        container
+        for template in pods(built["RayJob"]).values()
+        for container in template["spec"]["containers"]
+        if container["name"] in (rayjob.HEAD_CONTAINER, rayjob.WORKER_CONTAINER)
+    ]
+    assert len(ray_containers) == 2
+    for container in ray_containers:
+        assert {
+            "name": "MLFLOW_TRACKING_URI",
+            "valueFrom": {"secretKeyRef": {"name": "mlflow", "key": "uri"}},
+        } in container["env"]

@@ -149,7 +149,12 @@ def run(
     spec = config.spec
     space.validate(spec)
     paths = layout.SweepPaths.for_config(config)
-    setup = trial.TrialSetup.for_config(config, inject_failure_at_step=inject_failure_at_step)
+    from trainop_trainer import tracking
+
+    parent_run = tracking.open_sweep_run(config, experiment_dir=paths.experiment_dir)
+    setup = trial.TrialSetup.for_config(
+        config, inject_failure_at_step=inject_failure_at_step, tracking_parent_run_id=parent_run
+    )
     trainable = trial.trainable(setup)
     restored = tune.Tuner.can_restore(str(paths.experiment_dir))
     if restored:

@@ -69,10 +69,15 @@ class TrialSetup:
     attempt: int
     metric: str
     inject_failure_at_step: int | None = None
+    tracking_parent_run_id: str | None = None  # the sweep's MLflow run: every trial's run is its child
 
     @classmethod
     def for_config(
-        cls, config: trainer_config.SweepConfig, *, inject_failure_at_step: int | None = None
+        cls,
+        config: trainer_config.SweepConfig,
+        *,
+        inject_failure_at_step: int | None = None,
+        tracking_parent_run_id: str | None = None,
     ) -> TrialSetup:
         paths = layout.SweepPaths.for_config(config)
         return cls(
@@ -82,6 +87,7 @@ class TrialSetup:
             attempt=config.attempt,
             metric=config.spec.objective.metric,
             inject_failure_at_step=inject_failure_at_step,
+            tracking_parent_run_id=tracking_parent_run_id,
         )
 
     def trainer_config(self, trial_id: str, parameters: dict[str, Any]) -> trainer_config.TrainerConfig:
@@ -96,6 +102,7 @@ class TrialSetup:
             attempt=self.attempt,
             spec=space.spec_for_trial(template, parameters),
             status_target=None,
+            tracking_parent_run_id=self.tracking_parent_run_id,
         )
 
 

@@ -1,7 +1,10 @@
 """Built-in workloads: a model, its dataset, its loss, and how a CPU batch becomes a device batch.
 
 ``build(spec)`` is the only entry point. It reads ``spec.workload`` (model, dataset, free-form config) and
-``spec.hyperparameters.seed`` and returns a ``Workload``; the train loop never looks at model names.
+``spec.hyperparameters.seed`` and returns a ``Workload``; the train loop never looks at model names. With
+``spec.evaluation`` it also builds the evaluation set: a held-out split of the dataset (the training set is
+then what is left), or ``evaluation.dataset`` read the same way as the training data; ``task`` tells the
+evaluator which metrics the model's outputs give (``evaluation.py``).
 User workloads (``spec.workload.entrypoint``) do not come through here: see ``user.py``.
 """
 
@@ -16,12 +19,21 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from trainop.api import trainingjob
+from trainop_trainer import switches
 from trainop_trainer.workloads import datasets, encoders, models
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 _IMAGENET_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 _IMAGENET_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
+# Images reach the model in the job's low-precision dtype on GPUs: autocast (DDP) or FSDP's mixed-precision
+# policy would cast them to it in the first layer anyway.
+_INPUT_DTYPES = {trainingjob.Precision.BF16: torch.bfloat16, trainingjob.Precision.FP16: torch.float16}
+
+
+CLASSIFICATION = "classification"
+LANGUAGE_MODEL = "language_model"
+MASKED_LM = "masked_lm"
 
 
 @dataclasses.dataclass
@@ -32,10 +44,17 @@ class Workload:
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     # Moves a CPU batch to the device (non-blocking) and finishes preprocessing there.
     to_device: Callable[[Batch, torch.device], Batch]
+    # Builds a dataset of the same form from another dataset spec (spec.evaluation.dataset).
+    make_dataset: Callable[[trainingjob.Dataset], Dataset[Batch]]
     channels_last: bool = False
     # Names of the repeated blocks (transformer layers, residual blocks): the units FSDP shards, activation
     # checkpointing recomputes and compile compiles one by one (parallelize.py).
     blocks: tuple[str, ...] = ()
+    # What the outputs are, for evaluation metrics: classification (logits per sample: accuracy, top-5),
+    # language_model (logits per token: perplexity), masked_lm (logits per token, IGNORE_INDEX targets).
+    task: str = CLASSIFICATION
+    # The evaluation set (spec.evaluation); None without evaluation.
+    eval_dataset: Dataset[Batch] | None = None
 
 
 def classification_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -51,11 +70,38 @@ def plain_to_device(batch: Batch, device: torch.device) -> Batch:
     return inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
 
 
-class ImageToDevice:
-    """uint8 NCHW -> normalised float on the device, in channels_last when the model wants it."""
+def normalise_images(
+    images: torch.Tensor,
+    mean: torch.Tensor,
+    std: torch.Tensor,
+    *,
+    memory_format: torch.memory_format,
+    dtype: torch.dtype | None,
+) -> torch.Tensor:
+    """``(images - mean) / std`` in float32, in ``memory_format``, rounded once to ``dtype`` (None: float32).
 
-    def __init__(self, *, channels_last: bool) -> None:
+    Two kernels: the subtraction promotes uint8 to float32 and writes the target layout, the division writes
+    the target dtype."""
+    device = images.device
+    centred = torch.empty(images.shape, dtype=torch.float32, device=device, memory_format=memory_format)
+    torch.sub(images, mean, out=centred)
+    if dtype is None or dtype == torch.float32:
+        return centred.div_(std)
+    out = torch.empty(images.shape, dtype=dtype, device=device, memory_format=memory_format)
+    return torch.div(centred, std, out=out)
+
+
+class ImageToDevice:
+    """uint8 NCHW -> normalised on the device, in channels_last when the model wants it.
+
+    ``normalise_images`` on the device; on CUDA the result is in ``dtype`` when given (the job's
+    low-precision dtype, which the first layer would cast to anyway), on the CPU float32 (the bitwise-resume
+    tests compare float32 runs). ``switches`` ``input=f32`` selects the older four-kernel float32 path, kept
+    for comparison: the values are the same."""
+
+    def __init__(self, *, channels_last: bool, dtype: torch.dtype | None = None) -> None:
         self.channels_last = channels_last
+        self.dtype = dtype
         self._stats: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def __call__(self, batch: Batch, device: torch.device) -> Batch:
@@ -66,14 +112,17 @@ class ImageToDevice:
             self._stats[device] = (mean, std)
         mean, std = self._stats[device]
         x = images.to(device, non_blocking=True)
-        if self.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
-        x = x.float().sub_(mean).div_(std)
-        return x, targets.to(device, non_blocking=True)
+        labels = targets.to(device, non_blocking=True)
+        if switches.input_mode() == "f32":
+            if self.channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            return x.float().sub_(mean).div_(std), labels
+        memory_format = torch.channels_last if self.channels_last else torch.contiguous_format
+        dtype = self.dtype if device.type == "cuda" else None
+        return normalise_images(x, mean, std, memory_format=memory_format, dtype=dtype), labels
 
 
-def _images(spec: trainingjob.TrainingJobSpec, seed: int) -> Dataset[Batch]:
-    ds = spec.workload.dataset
+def _images(spec: trainingjob.TrainingJobSpec, seed: int, ds: trainingjob.Dataset) -> Dataset[Batch]:
     kind = ds.kind
     if kind == trainingjob.DatasetKind.SYNTHETIC:
         return datasets.SyntheticImages(
@@ -90,8 +139,9 @@ def _images(spec: trainingjob.TrainingJobSpec, seed: int) -> Dataset[Batch]:
     )
 
 
-def _tokens(spec: trainingjob.TrainingJobSpec, seed: int, vocab_size: int) -> datasets.BatchedDataset:
-    ds = spec.workload.dataset
+def _tokens(
+    spec: trainingjob.TrainingJobSpec, seed: int, vocab_size: int, ds: trainingjob.Dataset
+) -> datasets.BatchedDataset:
     if ds.kind == trainingjob.DatasetKind.SYNTHETIC:
         return datasets.SyntheticTokens(
             num_samples=ds.num_samples, sequence_length=ds.sequence_length, vocab_size=vocab_size, seed=seed
@@ -106,13 +156,29 @@ def _tokens(spec: trainingjob.TrainingJobSpec, seed: int, vocab_size: int) -> da
 
 
 def build(spec: trainingjob.TrainingJobSpec) -> Workload:
-    """The built-in workload named by ``spec.workload.model`` (CPU, fp32; the trainer moves it)."""
+    """The built-in workload named by ``spec.workload.model`` (CPU, fp32; the trainer moves it), with its
+    evaluation set when ``spec.evaluation`` is set."""
+    workload = _build(spec)
+    evaluation = spec.evaluation
+    if evaluation is None:
+        return workload
+    if evaluation.dataset is not None:
+        workload.eval_dataset = workload.make_dataset(evaluation.dataset)
+    else:
+        workload.dataset, workload.eval_dataset = datasets.holdout_split(
+            workload.dataset, fraction=evaluation.holdout_fraction, seed=spec.hyperparameters.seed
+        )
+    return workload
+
+
+def _build(spec: trainingjob.TrainingJobSpec) -> Workload:
     workload = spec.workload
     model_name = workload.model
     if model_name is None:
         raise ValueError("spec.workload.model is not set: user entrypoints are run by trainop_trainer.user")
     seed = spec.hyperparameters.seed
     ds = workload.dataset
+    input_dtype = _INPUT_DTYPES.get(spec.precision)
     # Parameters are initialised from the job's seed, identically on every rank and every attempt.
     torch.manual_seed(seed)
     if model_name in (trainingjob.BuiltinModel.RESNET18, trainingjob.BuiltinModel.RESNET50):
@@ -120,9 +186,10 @@ def build(spec: trainingjob.TrainingJobSpec) -> Workload:
         return Workload(
             name=model_name.value,
             model=resnet_model,
-            dataset=_images(spec, seed),
+            dataset=_images(spec, seed, ds),
+            make_dataset=lambda d: _images(spec, seed, d),
             loss_fn=classification_loss,
-            to_device=ImageToDevice(channels_last=True),
+            to_device=ImageToDevice(channels_last=True, dtype=input_dtype),
             channels_last=True,
             blocks=models.block_names(model_name.value, resnet_model),
         )
@@ -131,9 +198,10 @@ def build(spec: trainingjob.TrainingJobSpec) -> Workload:
         return Workload(
             name=model_name.value,
             model=vit,
-            dataset=_images(spec, seed),
+            dataset=_images(spec, seed, ds),
+            make_dataset=lambda d: _images(spec, seed, d),
             loss_fn=classification_loss,
-            to_device=ImageToDevice(channels_last=False),
+            to_device=ImageToDevice(channels_last=False, dtype=input_dtype),
             blocks=encoders.block_names(vit),
         )
     if model_name == trainingjob.BuiltinModel.BERT_BASE:
@@ -145,41 +213,84 @@ def build(spec: trainingjob.TrainingJobSpec) -> Workload:
                 f"spec.workload.config.maskTokenId {mask_token_id} is outside the vocabulary of "
                 f"{vocab_size}: choose an id below vocabSize"
             )
-        return Workload(
-            name=model_name.value,
-            model=bert,
-            dataset=datasets.MaskedTokens(
-                _tokens(spec, seed, vocab_size),
+
+        def masked(d: trainingjob.Dataset) -> Dataset[Batch]:
+            return datasets.MaskedTokens(
+                _tokens(spec, seed, vocab_size, d),
                 vocab_size=vocab_size,
                 mask_token_id=mask_token_id,
                 seed=seed,
                 ignore_index=encoders.IGNORE_INDEX,
-            ),
+            )
+
+        return Workload(
+            name=model_name.value,
+            model=bert,
+            dataset=masked(ds),
+            make_dataset=masked,
             loss_fn=encoders.masked_lm_loss,
             to_device=plain_to_device,
             blocks=encoders.block_names(bert),
+            task=MASKED_LM,
         )
     if model_name.value in models.GPT_PRESETS:
         gpt = models.gpt(model_name.value, block_size=ds.sequence_length, config=workload.config)
+        vocab = gpt.config.vocab_size
         return Workload(
             name=model_name.value,
             model=gpt,
-            dataset=_tokens(spec, seed, gpt.config.vocab_size),
+            dataset=_tokens(spec, seed, vocab, ds),
+            make_dataset=lambda d: _tokens(spec, seed, vocab, d),
             loss_fn=language_model_loss,
             to_device=plain_to_device,
             blocks=models.block_names(model_name.value, gpt),
+            task=LANGUAGE_MODEL,
         )
+    if ds.kind == trainingjob.DatasetKind.DIGITS:
+        return _digits_mlp(spec, ds)
     if ds.kind != trainingjob.DatasetKind.SYNTHETIC:
-        raise ValueError("model mlp trains on spec.workload.dataset.kind synthetic only")
+        raise ValueError("model mlp trains on spec.workload.dataset.kind synthetic or digits only")
     mlp = models.mlp(num_classes=ds.num_classes, config=workload.config)
     input_dim = mlp.input_dim
+
+    def vectors(d: trainingjob.Dataset) -> Dataset[Batch]:
+        # The same seed: the same teacher, so a separate synthetic set asks the same question.
+        return datasets.SyntheticVectors(
+            num_samples=d.num_samples, input_dim=input_dim, num_classes=ds.num_classes, seed=seed
+        )
+
     return Workload(
         name=model_name.value,
         model=mlp,
-        dataset=datasets.SyntheticVectors(
-            num_samples=ds.num_samples, input_dim=input_dim, num_classes=ds.num_classes, seed=seed
-        ),
+        dataset=vectors(ds),
+        make_dataset=vectors,
         loss_fn=classification_loss,
         to_device=plain_to_device,
         blocks=models.block_names(model_name.value, mlp),
+    )
+
+
+def _digits_mlp(spec: trainingjob.TrainingJobSpec, ds: trainingjob.Dataset) -> Workload:
+    """The mlp on scikit-learn's digits: 64 inputs, 10 classes, whatever inputDim/numClasses say."""
+    if "num_classes" in ds.model_fields_set and ds.num_classes != datasets.Digits.NUM_CLASSES:
+        raise ValueError(
+            f"spec.workload.dataset.numClasses {ds.num_classes} does not fit kind digits, which has 10 "
+            "classes: set numClasses to 10 or leave it out"
+        )
+    config = {**spec.workload.config, "inputDim": datasets.Digits.NUM_FEATURES}
+    mlp = models.mlp(num_classes=datasets.Digits.NUM_CLASSES, config=config)
+
+    def digits(d: trainingjob.Dataset) -> Dataset[Batch]:
+        if d.kind != trainingjob.DatasetKind.DIGITS:
+            raise ValueError("spec.evaluation.dataset: the mlp trained on digits evaluates on kind digits")
+        return datasets.Digits()
+
+    return Workload(
+        name="mlp",
+        model=mlp,
+        dataset=datasets.Digits(),
+        make_dataset=digits,
+        loss_fn=classification_loss,
+        to_device=plain_to_device,
+        blocks=models.block_names("mlp", mlp),
     )

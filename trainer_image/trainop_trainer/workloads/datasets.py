@@ -225,3 +225,69 @@ class MaskedTokens(BatchedDataset):
             swap = chosen & (action >= 0.8) & (action < 0.9)
             inputs[row, swap] = random_tokens[swap]
         return inputs, targets
+
+
+class Digits(BatchedDataset):
+    """scikit-learn's bundled handwritten digits (1,797 samples of 8x8 pixels, 10 classes): a small real
+    dataset that ships inside a package, so a learning check needs no download. Pixels 0..16 become
+    float32 0..1, flattened to 64 features."""
+
+    NUM_FEATURES = 64
+    NUM_CLASSES = 10
+
+    def __init__(self) -> None:
+        try:
+            from sklearn.datasets import load_digits
+        except ImportError:
+            raise ValueError(
+                "spec.workload.dataset.kind digits reads scikit-learn's bundled digits: install "
+                "scikit-learn in the trainer image, or choose another dataset kind"
+            ) from None
+        bunch = load_digits()
+        self.features = torch.from_numpy(np.asarray(bunch.data, dtype=np.float32) / 16.0)
+        self.labels = torch.from_numpy(np.asarray(bunch.target, dtype=np.int64))
+
+    def __len__(self) -> int:
+        return int(self.features.shape[0])
+
+    def __getitems__(self, indices: Sequence[int]) -> Batch:
+        index = torch.as_tensor(indices, dtype=torch.long)
+        return self.features[index], self.labels[index]
+
+
+class IndexSubset(BatchedDataset):
+    """The samples ``indices`` of ``base`` (a held-out split or what is left for training), keeping the
+    base's batched fetch when it has one."""
+
+    def __init__(self, base: Dataset[Batch], indices: Sequence[int]) -> None:
+        self.base = base
+        self.indices = list(indices)
+        self._getitems = getattr(base, "__getitems__", None)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitems__(self, indices: Sequence[int]) -> Batch:
+        mapped = [self.indices[i] for i in indices]
+        if callable(self._getitems):
+            batch: Batch = self._getitems(mapped)
+            return batch
+        from torch.utils.data import default_collate
+
+        collated: Batch = default_collate([self.base[i] for i in mapped])
+        return collated
+
+
+def holdout_split(dataset: Dataset[Batch], *, fraction: float, seed: int) -> tuple[IndexSubset, IndexSubset]:
+    """``(train, holdout)``: a seeded choice of ``fraction`` of the samples is held out, the same on every
+    rank and every attempt; training never sees them."""
+    size = len(dataset)  # type: ignore[arg-type]
+    held = int(size * fraction)
+    if held < 1 or held >= size:
+        raise ValueError(
+            f"spec.evaluation.holdoutFraction {fraction} of {size} samples leaves no evaluation or no "
+            "training samples: choose a fraction that leaves samples on both sides, or set "
+            "evaluation.dataset"
+        )
+    order = torch.randperm(size, generator=_generator(seed + 7919)).tolist()
+    return IndexSubset(dataset, sorted(order[held:])), IndexSubset(dataset, sorted(order[:held]))

@@ -1,0 +1,236 @@
+"""From bare DDP to the trainer's hot loop, one ingredient at a time: where the trainer's cost comes in (#21).
+
+    torchrun --standalone --nproc-per-node N bench/gpu/ladder.py
+        [--rungs bare,ddp,input,loader,control,report] [--warmup 15 --steps 40] [--cpu --tiny]
+
+ResNet-50 eager (batch 256 at 224 px, bf16 autocast, channels_last, fused SGD with momentum, DDP), built
+afresh for every rung in this one process group. Each rung adds one part of the trainer, made of the
+trainer's own components, to the one before:
+
+- ``bare``: ``bare_ddp.py``'s loop: two float32 batches already on the GPU, DDP with PyTorch's defaults.
+- ``ddp``: DDP as ``parallelize.apply`` builds it (``gradient_as_bucket_view=True``).
+- ``input``: uint8 batches in pinned host memory through the trainer's device path (``data.DeviceBatches``:
+  the copy and ``workloads.ImageToDevice`` on a side stream, one batch ahead); no DataLoader.
+- ``loader``: the trainer's DataLoader instead (``SyntheticImages``, ``ResumableDistributedSampler``,
+  ``data.make_loader``: 4 worker processes, pinned memory).
+- ``control``: + the control exchange after every step (``distributed.ControlChannel``, gloo).
+- ``report``: + what the trainer does around it: the loss added on the device every step, the step-time
+  histogram and the LR schedule's step every step, and every 10 steps a report (``ReportWindow.close``:
+  a device sync; the loss averaged over ranks over gloo). This is the trainer's loop without Ray,
+  checkpoints, status and the step schedule's clocks.
+
+Variants that are not cumulative: ``report-f32`` (``report`` with ``switches`` ``input=f32``, the image
+path before issue #21) and ``report-ctl8`` (``control_every=8``). The NCCL variables are the trainer's
+(``distributed.apply_network``, profile ``auto``), the process group is set up as the trainer's launcher
+does it (``distributed.from_torchrun_env``): ``bare`` here against ``bare_ddp.py`` in the same call shows
+what those two change. Rank 0 prints one ``LADDER {json}`` line per rung (ms per step, samples/s, the
+difference to the rung before). Throughput: ``--steps`` steps between two device synchronisations after
+``--warmup`` steps. ``--cpu --tiny`` runs the same code with gloo on tiny images (a test of the script).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+
+from trainop.api import trainingjob
+from trainop_trainer import data, distributed, metrics, reporting, schedule, switches, workloads
+from trainop_trainer.workloads import datasets, models
+
+RUNGS = ("bare", "ddp", "input", "loader", "control", "report", "report-f32", "report-ctl8")
+FEATURES = {
+    "bare": set(),
+    "ddp": {"ddp"},
+    "input": {"ddp", "input"},
+    "loader": {"ddp", "loader"},
+    "control": {"ddp", "loader", "control"},
+    "report": {"ddp", "loader", "control", "report"},
+    "report-f32": {"ddp", "loader", "control", "report"},
+    "report-ctl8": {"ddp", "loader", "control", "report"},
+}
+SWITCHES: dict[str, dict[str, str | int]] = {
+    "report-f32": {"input": "f32"},
+    "report-ctl8": {"control_every": 8},
+}
+# What each rung adds to: its "added_ms" is the difference to this one.
+PARENT = {
+    "ddp": "bare",
+    "input": "ddp",
+    "loader": "ddp",
+    "control": "loader",
+    "report": "control",
+    "report-f32": "report",
+    "report-ctl8": "report",
+}
+BATCH, IMAGE, WORKERS, REPORT_EVERY = 256, 224, 4, 10
+
+
+def batches_on_device(device: torch.device) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """``bare_ddp.py``'s data: two float32 channels_last batches already on the device, alternated."""
+    pair = [
+        (
+            torch.randn(BATCH, 3, IMAGE, IMAGE, device=device).contiguous(memory_format=torch.channels_last),
+            torch.randint(0, 1000, (BATCH,), device=device),
+        )
+        for _ in range(2)
+    ]
+    i = 0
+    while True:
+        yield pair[i % 2]
+        i += 1
+
+
+def run_rung(name: str, *, ctx: distributed.WorkerContext, warmup: int, steps: int) -> dict[str, Any]:
+    features = FEATURES[name]
+    device, cuda = ctx.device, ctx.device.type == "cuda"
+    switches.reset()
+    switches.apply(dict(SWITCHES.get(name, {})))
+    torch.manual_seed(0)
+    model = models.resnet("resnet50", num_classes=1000).to(device)
+    model.to(memory_format=torch.channels_last)
+    ddp_kwargs: dict[str, Any] = {"device_ids": [device.index]} if cuda else {}
+    if "ddp" in features:
+        ddp_kwargs["gradient_as_bucket_view"] = True
+    train_model = DistributedDataParallel(model, **ddp_kwargs)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, fused=cuda or None)
+    total = warmup + steps
+    to_device = workloads.ImageToDevice(channels_last=True, dtype=torch.bfloat16)
+    loader: Any = None
+    source: Iterator[tuple[torch.Tensor, torch.Tensor]]
+    if "loader" in features:
+        dataset = datasets.SyntheticImages(
+            num_samples=BATCH * ctx.world_size * (total + 4), image_size=IMAGE, num_classes=1000, seed=0
+        )
+        sampler = data.ResumableDistributedSampler(
+            dataset, num_replicas=ctx.world_size, rank=ctx.rank, seed=0
+        )
+        loader = data.make_loader(
+            dataset, sampler, batch_size=BATCH, num_workers=WORKERS if cuda else 0, pin_memory=cuda
+        )
+        source = iter(data.DeviceBatches(loader, device=device, to_device=to_device))
+    elif "input" in features:
+        ring = [
+            (
+                torch.randint(0, 256, (BATCH, 3, IMAGE, IMAGE), dtype=torch.uint8),
+                torch.randint(0, 1000, (BATCH,)),
+            )
+            for _ in range(4)
+        ]
+        if cuda:
+            ring = [(x.pin_memory(), y.pin_memory()) for x, y in ring]
+        cpu_batches: Any = [ring[i % len(ring)] for i in range(total + 2)]
+        source = iter(data.DeviceBatches(cpu_batches, device=device, to_device=to_device))
+    else:
+        source = batches_on_device(device)
+    control = distributed.ControlChannel(ctx) if "control" in features else None
+    window = (
+        reporting.ReportWindow(world_size=ctx.world_size, device=device) if "report" in features else None
+    )
+    step_metric = metrics.WorkerMetrics(job="ladder", rank=ctx.rank).step_seconds
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        schedule.LearningRateSchedule(kind="cosine", total_steps=total, warmup_steps=5, min_lr_ratio=0.0),
+    )
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    def autocast() -> contextlib.AbstractContextManager[Any]:
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+
+    last = time.perf_counter()
+    start = 0.0
+    for step in range(1, total + 1):
+        if step == warmup + 1:
+            sync()
+            start = time.perf_counter()
+        inputs, targets = next(source)
+        with autocast():
+            loss = F.cross_entropy(train_model(inputs), targets)
+        loss.backward()  # type: ignore[no-untyped-call]
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if window is not None:
+            window.add_loss(loss.detach())
+            window.add_samples(BATCH)
+            scheduler.step()
+            now = time.perf_counter()
+            step_metric.observe(now - last)
+            last = now
+        if control is not None and step % switches.control_every() == 0:
+            control.exchange(stop=False, preempt=False, checkpoint=False, report=False, ray_report=False)
+        if window is not None and control is not None and step % REPORT_EVERY == 0:
+            stats = window.close(step=step, total_steps=total)
+            if stats.local_loss is not None:
+                control.all_reduce_mean(stats.local_loss)
+    sync()
+    seconds = time.perf_counter() - start
+    describe = switches.describe()
+    if control is not None:
+        control.drain()
+    del source, loader
+    switches.reset()
+    return {
+        "rung": name,
+        "world_size": ctx.world_size,
+        "steps": steps,
+        "step_ms": 1e3 * seconds / steps,
+        "samples_per_second": BATCH * ctx.world_size * steps / seconds,
+        "switches": describe,
+    }
+
+
+def main() -> int:
+    global BATCH, IMAGE, WORKERS
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rungs", default="bare,ddp,input,loader,control,report,report-f32")
+    parser.add_argument("--warmup", type=int, default=15)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--cpu", action="store_true", help="gloo on the CPU (a test of this script)")
+    parser.add_argument("--tiny", action="store_true", help="batch 4 of 32 px images, no loader workers")
+    parser.add_argument("--out", default=None, help="append each rung's line to this results.jsonl")
+    args = parser.parse_args()
+    os.environ.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
+    if args.tiny:
+        BATCH, IMAGE, WORKERS = 4, 32, 0
+    rungs = [r.strip() for r in args.rungs.split(",") if r.strip()]
+    unknown = [r for r in rungs if r not in FEATURES]
+    if unknown:
+        parser.error(f"--rungs: unknown {unknown}; choose from {', '.join(RUNGS)}")
+    use_gpu = torch.cuda.is_available() and not args.cpu
+    distributed.apply_network(trainingjob.Network(profile="auto"), multi_node=False)
+    ctx = distributed.from_torchrun_env(use_gpu=use_gpu)
+    done: dict[str, float] = {}
+    for name in rungs:
+        result = run_rung(name, ctx=ctx, warmup=args.warmup, steps=args.steps)
+        result["impl"] = "ladder"
+        result["gpu"] = torch.cuda.get_device_name(ctx.device) if use_gpu else "cpu"
+        parent = PARENT.get(name)
+        if parent in done:
+            result["added_to"] = parent
+            result["added_ms"] = result["step_ms"] - done[parent]
+        done[name] = result["step_ms"]
+        if ctx.rank == 0:
+            line = json.dumps(result)
+            print("LADDER " + line, flush=True)
+            if args.out:
+                with open(args.out, "a") as f:
+                    f.write(line + "\n")
+        if use_gpu:
+            torch.cuda.empty_cache()
+    torch.distributed.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,153 @@
+"""Benchmark hooks and runtime switches (issue #21): the trace window, A/B blocks, the image input paths.
+
+Real Trainer processes (``python -m trainop_trainer.launch``, gloo, world size 1), the real torch profiler,
+real files; nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import pathlib
+import re
+import subprocess
+
+import pytest
+import torch
+import trainer_support
+
+from trainop.api import trainer_config
+from trainop_trainer import logs, switches, workloads
+
+
+def run_launch(config_path: pathlib.Path, **env: str) -> str:
+    proc = subprocess.run(
+        [trainer_support.PYTHON, "-m", "trainop_trainer.launch", "--config", str(config_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=trainer_support.subprocess_env(**env),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout + proc.stderr
+
+
+def tiny_resnet(
+    storage: pathlib.Path, name: str, *, max_steps: int
+) -> tuple[trainer_config.TrainerConfig, pathlib.Path]:
+    config = trainer_support.mlp_config(
+        storage,
+        name,
+        workers=1,
+        max_steps=max_steps,
+        interval_steps=None,
+        interval_minutes=1440,
+        every_steps=5,
+        batch_size=4,
+        workload={
+            "model": "resnet18",
+            "dataset": {
+                "kind": "synthetic",
+                "imageSize": 32,
+                "numSamples": 256,
+                "numClasses": 10,
+                "numWorkers": 0,
+            },
+        },
+    )
+    storage.mkdir(parents=True, exist_ok=True)
+    return config, trainer_support.write_config(config, storage / f"{name}.json")
+
+
+def test_a_trace_window_records_the_asked_steps_and_the_loops_sections_on_every_rank(
+    tmp_path: pathlib.Path,
+) -> None:
+    _, path = tiny_resnet(tmp_path, "traced", max_steps=10)
+    trace_dir = tmp_path / "trace"
+    out = run_launch(path, TRAINOP_TRACE_STEPS="4:3", TRAINOP_TRACE_DIR=str(trace_dir))
+
+    assert "trace of 3 steps written to" in out
+    with gzip.open(trace_dir / "rank0.trace.json.gz", "rt") as f:
+        names = {event.get("name") for event in json.load(f)["traceEvents"]}
+    assert {"trainop.step#5", "trainop.step#6", "trainop.step#7"} <= names
+    assert not {"trainop.step#4", "trainop.step#8"} & names
+    for part in ("data", "forward_backward", "optimizer", "metrics", "control", "report"):
+        assert f"trainop.{part}" in names
+    facts = json.loads((trace_dir / "rank0.env.json").read_text())
+    assert facts["traced_steps"] == 3 and facts["world_size"] == 1 and facts["torch_threads"] >= 1
+    assert facts["switches"] == "control_every=1,input=lean"
+
+
+def test_ab_blocks_switch_at_the_asked_steps_log_each_block_and_compute_the_same_model(
+    tmp_path: pathlib.Path,
+) -> None:
+    plain, plain_path = tiny_resnet(tmp_path / "plain", "plain", max_steps=14)
+    blocks, blocks_path = tiny_resnet(tmp_path / "blocks", "blocks", max_steps=14)
+    run_launch(plain_path)
+    out = run_launch(blocks_path, TRAINOP_AB_BLOCKS="4:3:input=f32,default,input=f32+control_every=2")
+
+    lines = re.findall(r"ab block (\S+) steps (\d+)-(\d+): [\d.]+ ms/step, [\d.]+ samples/s", out)
+    assert lines == [
+        ("input=f32", "4", "7"),
+        ("default", "7", "10"),
+        ("input=f32+control_every=2", "10", "13"),
+    ]
+    # The variants choose between equal computations: the model is bitwise the one of a run without blocks.
+    a, b = trainer_support.final_model(plain, 14), trainer_support.final_model(blocks, 14)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [("input=fast", "input"), ("speed=1", "speed"), ("control_every=0", "control_every")],
+)
+def test_a_bad_switch_is_named_with_its_fix(text: str, field: str) -> None:
+    with pytest.raises(ValueError, match=rf"TRAINOP_SWITCHES: .*{field}.*(choose|use)"):
+        switches.parse(text)
+
+
+def test_both_image_input_paths_give_the_same_values_and_the_lean_one_rounds_once_to_the_autocast_dtype() -> (
+    None
+):
+    images = torch.randint(0, 256, (4, 3, 16, 16), dtype=torch.uint8)
+    mean = torch.tensor(workloads._IMAGENET_MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(workloads._IMAGENET_STD).view(1, 3, 1, 1)
+    before = images.contiguous(memory_format=torch.channels_last).float().sub_(mean).div_(std)
+    lean = workloads.normalise_images(images, mean, std, memory_format=torch.channels_last, dtype=None)
+    low = workloads.normalise_images(
+        images, mean, std, memory_format=torch.channels_last, dtype=torch.bfloat16
+    )
+    assert torch.equal(lean, before) and lean.is_contiguous(memory_format=torch.channels_last)
+    assert low.dtype == torch.bfloat16 and torch.equal(low, before.to(torch.bfloat16))
+    assert low.is_contiguous(memory_format=torch.channels_last)
+    # On the CPU the input stays float32 whatever the job's precision (bitwise-resume runs compare it).
+    to_device = workloads.ImageToDevice(channels_last=True, dtype=torch.bfloat16)
+    x, _ = to_device((images, torch.zeros(4, dtype=torch.long)), torch.device("cpu"))
+    assert x.dtype == torch.float32 and torch.equal(x, before)
+
+
+def test_ray_train_cleaners_repeated_notice_becomes_one_explaining_info_line() -> None:
+    logger = logging.getLogger(logs._CLEANER_LOGGER)
+    seen: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record)
+
+    handler = Keep()
+    logger.addHandler(handler)
+    saved = list(logger.filters)
+    try:
+        logs.ray_worker_setup()
+        logs.ray_worker_setup()  # idempotent: one filter
+        for _ in range(5):
+            logger.warning("Failed to query Ray Train Controller actor state. State API may be unavailable.")
+        logger.warning("Detected that the Ray Train controller actor (x) is dead.")
+    finally:
+        logger.removeHandler(handler)
+        logger.filters[:] = saved
+    assert [(r.levelname, r.getMessage()) for r in seen] == [
+        ("INFO", logs.CLEANER_EXPLANATION),
+        ("WARNING", "Detected that the Ray Train controller actor (x) is dead."),
+    ]

@@ -1,0 +1,320 @@
+"""Benchmark hooks of the built-in train loop: off unless the environment asks for them (issue #21).
+
+``BenchHooks.after_step(step)`` runs after every optimizer step on every rank and does, when asked:
+
+- **a trace window**: ``TRAINOP_TRACE_STEPS=START:COUNT`` and ``TRAINOP_TRACE_DIR=DIR``. After step START
+  every rank records the next COUNT steps under ``torch.profiler`` (CPU ops, and on GPUs the kernels,
+  copies and NCCL kernels of every stream), each step inside a ``trainop.step#N`` range, and writes
+  ``DIR/rank<r>.trace.json.gz`` (a Chrome trace: Perfetto opens it) and ``DIR/rank<r>.env.json`` (what the
+  process ran with: ``process_facts``). ``bench/gpu/trace_summary.py`` turns the traces into a step-time
+  breakdown. While the window records, ``section(name)`` marks parts of the loop (``trainop.data``,
+  ``trainop.control``, ...); otherwise it is a shared no-op context (the hot loop pays one call).
+- **A/B blocks**: ``TRAINOP_AB_BLOCKS=START:STEPS:VARIANT,VARIANT,...``. From step START, consecutive
+  blocks of STEPS steps, each under one variant of ``switches`` (``input=f32+control_every=4``; ``default``
+  is the defaults), in the order given. Every rank switches at the same steps; each block is bounded by a
+  device synchronisation, and rank 0 logs ``ab block <variant> steps A-B: <ms> ms/step, <rate>
+  samples/s``. After the last block the switches are back to their defaults.
+
+It must not change what a step computes (variants choose between equal computations) nor decide what the
+step schedule decides. The traces are for benchmarks: a job's on-demand profiling is the trainer's own
+feature, not this.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import gzip
+import json
+import logging
+import os
+import pathlib
+import shutil
+import time
+from typing import Any
+
+import torch
+
+from trainop_trainer import config as config_module
+from trainop_trainer import distributed, switches
+
+log = logging.getLogger(__name__)
+
+TRACE_STEPS_ENV = config_module.TRACE_STEPS_ENV
+TRACE_DIR_ENV = config_module.TRACE_DIR_ENV
+AB_BLOCKS_ENV = config_module.AB_BLOCKS_ENV
+# Variables that shape a training process's speed, written next to each trace.
+_FACT_PREFIXES = ("NCCL_", "TORCH_NCCL_", "OMP_", "MKL_", "CUDA_", "PYTORCH_", "TORCHINDUCTOR_", "RAY_TRAIN_")
+
+_recording = False
+_NO_SECTION = contextlib.nullcontext()
+
+
+def section(name: str) -> contextlib.AbstractContextManager[Any]:
+    """``trainop.<name>`` in the trace while a window records; a no-op otherwise."""
+    if not _recording:
+        return _NO_SECTION
+    return torch.profiler.record_function("trainop." + name)
+
+
+def process_facts(device: torch.device) -> dict[str, Any]:
+    """What a process trains with, beyond its code: threads, CPUs, devices, the variables that matter."""
+    task = pathlib.Path("/proc/self/task")
+    names: dict[str, int] = {}
+    for entry in task.iterdir() if task.is_dir() else []:
+        try:
+            name = (entry / "comm").read_text().strip()
+        except OSError:
+            continue
+        names[name] = names.get(name, 0) + 1
+    facts: dict[str, Any] = {
+        "pid": os.getpid(),
+        "device": str(device),
+        "cpu_count": os.cpu_count(),
+        "cpus_allowed": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "threads": dict(sorted(names.items())),
+        "gc_tracked_objects": len(gc.get_objects()),
+        "gc_thresholds": list(gc.get_threshold()),
+        "switches": switches.describe(),
+        "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(_FACT_PREFIXES)},
+    }
+    if device.type == "cuda":
+        facts["gpu"] = torch.cuda.get_device_name(device)
+        try:  # a tuple in recent PyTorch, an int in older ones: a fact, never a failure
+            version = torch.cuda.nccl.version()  # type: ignore[no-untyped-call]
+            facts["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+        except Exception as exc:
+            facts["nccl"] = f"unknown ({exc})"
+    return facts
+
+
+class GcTimer:
+    """Python's garbage collections (every generation) while installed: count, total and longest pause. A
+    collection holds the GIL, so it stalls the training thread whichever thread triggered it."""
+
+    def __init__(self) -> None:
+        self._started: float | None = None
+        self.reset()
+
+    def reset(self) -> None:
+        self.count = 0
+        self.total_s = 0.0
+        self.longest_s = 0.0
+        self.by_generation = [0, 0, 0]
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        elif self._started is not None:
+            pause = time.perf_counter() - self._started
+            self._started = None
+            self.count += 1
+            self.total_s += pause
+            self.longest_s = max(self.longest_s, pause)
+            self.by_generation[min(2, int(info.get("generation", 0)))] += 1
+
+    def install(self) -> None:
+        if self._callback not in gc.callbacks:
+            gc.callbacks.append(self._callback)
+
+    def remove(self) -> None:
+        if self._callback in gc.callbacks:
+            gc.callbacks.remove(self._callback)
+
+    def describe(self) -> str:
+        return (
+            f"gc {self.count} collections (gen0/1/2 {'/'.join(map(str, self.by_generation))}), "
+            f"{1e3 * self.total_s:.1f} ms, longest {1e3 * self.longest_s:.1f} ms"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class AbPlan:
+    start: int
+    steps: int
+    variants: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, text: str) -> AbPlan:
+        try:
+            start, steps, names = text.split(":", 2)
+            plan = cls(int(start), int(steps), tuple(v.strip() for v in names.split(",") if v.strip()))
+        except ValueError:
+            plan = cls(0, 0, ())
+        if plan.start < 0 or plan.steps < 1 or not plan.variants:
+            raise ValueError(
+                f"{AB_BLOCKS_ENV}={text!r}: expected START:STEPS:VARIANT,VARIANT,... "
+                "(e.g. 100:20:input=f32,default)"
+            )
+        for variant in plan.variants:
+            if variant != "default":
+                switches.parse(variant)  # a bad variant fails at start-up, not mid-run
+        return plan
+
+    def boundary(self, step: int) -> int | None:
+        """The index of the block that starts after ``step`` (len(variants): the end), or None."""
+        offset = step - self.start
+        if offset < 0 or offset % self.steps:
+            return None
+        index = offset // self.steps
+        return index if index <= len(self.variants) else None
+
+
+class BenchHooks:
+    def __init__(
+        self,
+        *,
+        ctx: distributed.WorkerContext,
+        samples_per_step: int,
+        trace: tuple[int, int] | None = None,
+        trace_dir: pathlib.Path | None = None,
+        ab: AbPlan | None = None,
+    ) -> None:
+        self._ctx = ctx
+        self._samples_per_step = samples_per_step  # over every rank
+        self._trace = trace
+        self._trace_dir = trace_dir
+        self._ab = ab
+        self._profiler: Any = None
+        self._step_range: Any = None
+        self._traced = 0
+        self._block: tuple[str, int, float] | None = None  # (variant, first step, start time)
+        self._gc = GcTimer()
+
+    @classmethod
+    def from_env(cls, *, ctx: distributed.WorkerContext, samples_per_step: int) -> BenchHooks:
+        trace: tuple[int, int] | None = None
+        trace_dir: pathlib.Path | None = None
+        text = os.environ.get(TRACE_STEPS_ENV, "").strip()
+        if text:
+            start, _, count = text.partition(":")
+            if not (start.isdigit() and count.isdigit() and int(count) > 0):
+                raise ValueError(f"{TRACE_STEPS_ENV}={text!r}: expected START:COUNT, e.g. 140:10")
+            trace = (int(start), int(count))
+            trace_dir = pathlib.Path(os.environ.get(TRACE_DIR_ENV) or "trainop-trace")
+        ab_text = os.environ.get(AB_BLOCKS_ENV, "").strip()
+        ab = AbPlan.parse(ab_text) if ab_text else None
+        return cls(ctx=ctx, samples_per_step=samples_per_step, trace=trace, trace_dir=trace_dir, ab=ab)
+
+    @property
+    def enabled(self) -> bool:
+        return self._trace is not None or self._ab is not None
+
+    def after_step(self, step: int) -> None:
+        if not self.enabled:
+            return
+        self._gc.install()
+        if self._ab is not None:
+            self._ab_step(step, self._ab)
+        if self._trace is not None:
+            self._trace_step(step, *self._trace)
+
+    def close(self) -> None:
+        """Training ended: an open window is written with the steps it has, switches are reset."""
+        if self._profiler is not None:
+            self._stop_trace()
+        if self._block is not None:
+            self._block = None
+            switches.reset()
+        self._gc.remove()
+
+    # ------------------------------------------------------------------------------------------ A/B
+    def _sync(self) -> None:
+        if self._ctx.device.type == "cuda":
+            torch.cuda.synchronize(self._ctx.device)
+
+    def _ab_step(self, step: int, plan: AbPlan) -> None:
+        index = plan.boundary(step)
+        if index is None:
+            return
+        self._sync()
+        now = time.perf_counter()
+        if self._block is not None:
+            variant, first, started = self._block
+            seconds = now - started
+            steps = step - first
+            if self._ctx.is_rank0 and steps > 0:
+                log.info(
+                    "ab block %s steps %d-%d: %.3f ms/step, %.1f samples/s; %s",
+                    variant,
+                    first,
+                    step,
+                    1e3 * seconds / steps,
+                    self._samples_per_step * steps / seconds,
+                    self._gc.describe(),
+                )
+        switches.reset()
+        if index == len(plan.variants):
+            self._block = None
+            return
+        variant = plan.variants[index]
+        if variant != "default":
+            switches.apply(switches.parse(variant))
+        self._gc.reset()
+        self._block = (variant, step, time.perf_counter())
+
+    # ---------------------------------------------------------------------------------------- trace
+    def _trace_step(self, step: int, start: int, count: int) -> None:
+        global _recording
+        if self._profiler is None:
+            if step != start:
+                return
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if self._ctx.device.type == "cuda":
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+            self._profiler = torch.profiler.profile(activities=activities)
+            self._profiler.start()
+            _recording = True
+            self._gc.reset()
+        else:
+            self._step_range.__exit__(None, None, None)
+            self._step_range = None
+            self._traced += 1
+            if self._traced >= count:
+                self._stop_trace()
+                return
+        self._step_range = torch.profiler.record_function(f"trainop.step#{step + 1}")
+        self._step_range.__enter__()
+
+    def _stop_trace(self) -> None:
+        global _recording
+        assert self._trace_dir is not None
+        if self._step_range is not None:  # training ended inside the window
+            self._step_range.__exit__(None, None, None)
+            self._step_range = None
+        self._sync()
+        self._profiler.stop()
+        _recording = False
+        gc_in_window = {  # before writing the trace, which allocates plenty
+            "collections": self._gc.count,
+            "by_generation": list(self._gc.by_generation),
+            "total_ms": 1e3 * self._gc.total_s,
+            "longest_ms": 1e3 * self._gc.longest_s,
+        }
+        try:
+            self._write_trace(gc_in_window)
+        except Exception as exc:  # a benchmark's trace must never end the training run
+            log.warning("trace of rank %d not written: %s", self._ctx.rank, exc)
+        self._profiler = None
+        self._trace = None
+
+    def _write_trace(self, gc_in_window: dict[str, Any]) -> None:
+        assert self._trace_dir is not None
+        rank = self._ctx.rank
+        self._trace_dir.mkdir(parents=True, exist_ok=True)
+        raw = self._trace_dir / f"rank{rank}.trace.json"
+        self._profiler.export_chrome_trace(str(raw))
+        with raw.open("rb") as src, gzip.open(f"{raw}.gz", "wb", compresslevel=6) as dst:
+            shutil.copyfileobj(src, dst)
+        raw.unlink()
+        facts = process_facts(self._ctx.device)
+        facts.update(rank=rank, world_size=self._ctx.world_size, traced_steps=self._traced)
+        facts["gc_in_window"] = gc_in_window
+        (self._trace_dir / f"rank{rank}.env.json").write_text(json.dumps(facts, indent=1) + "\n")
+        if self._ctx.is_rank0:
+            log.info("trace of %d steps written to %s", self._traced, self._trace_dir)

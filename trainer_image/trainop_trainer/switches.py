@@ -1,0 +1,83 @@
+"""Runtime switches: the few hot-path choices a benchmark compares side by side in one run (issue #21).
+
+Each switch has a default (what the trainer does), alternatives a benchmark may set, and is read where it
+is used, at every use (one dict lookup), so that ``bench_hooks``' A/B blocks can flip it between two steps
+on every rank at once:
+
+- ``input`` (``workloads.ImageToDevice``): how a uint8 image batch becomes the model's input on the GPU.
+  ``lean`` (default): two kernels on the copy stream, the subtraction writing the float result straight in
+  the model's memory format and the division writing the autocast dtype (bf16/fp16) when the job uses one,
+  so the first convolution casts nothing. ``f32``: the path before issue #21 — a layout copy, a float
+  conversion, an in-place subtraction and division, float32 out (the first convolution casts it on the
+  training stream). Both compute ``(x - mean) / std`` in float32, so the values are the same.
+- ``control_every`` (``step_schedule.StepSchedule``): exchange the control flags every N steps (default 1,
+  every step). With N > 1 every rank exchanges at the steps divisible by N, so they still agree; a clock or a
+  signal is acted on up to 2N steps later instead of one.
+
+``TRAINOP_SWITCHES`` sets them for a process (``input=f32,control_every=4``; Ray workers get it from the
+driver, see ``ray_train``). A job never needs to: the defaults are the trainer's choice. It must not hold
+anything but these values.
+"""
+
+from __future__ import annotations
+
+import os
+
+from trainop_trainer import config as config_module
+
+ENV = config_module.SWITCHES_ENV
+INPUT_MODES = ("lean", "f32")
+DEFAULTS: dict[str, str | int] = {"input": "lean", "control_every": 1}
+
+# The values in force (module state, read at every use).
+values: dict[str, str | int] = dict(DEFAULTS)
+
+
+def parse(text: str) -> dict[str, str | int]:
+    """``input=f32,control_every=4`` (also ``+`` between pairs) -> typed values; one sentence on bad input."""
+    parsed: dict[str, str | int] = {}
+    for pair in text.replace("+", ",").split(","):
+        if not pair.strip():
+            continue
+        key, sep, raw = pair.partition("=")
+        key, raw = key.strip(), raw.strip()
+        if not sep or key not in DEFAULTS:
+            raise ValueError(
+                f"{ENV}: {pair.strip()!r} is not a switch; use {', '.join(f'{k}=...' for k in DEFAULTS)}"
+            )
+        if key == "input":
+            if raw not in INPUT_MODES:
+                raise ValueError(f"{ENV}: input={raw!r}; choose one of {', '.join(INPUT_MODES)}")
+            parsed[key] = raw
+        else:
+            if not raw.isdigit() or int(raw) < 1:
+                raise ValueError(f"{ENV}: {key}={raw!r}; use a whole number of steps, 1 or more")
+            parsed[key] = int(raw)
+    return parsed
+
+
+def apply(settings: dict[str, str | int]) -> None:
+    """Set switches (the rest keep their value)."""
+    values.update(settings)
+
+
+def reset() -> None:
+    """The defaults, then whatever ``TRAINOP_SWITCHES`` says."""
+    values.clear()
+    values.update(DEFAULTS)
+    values.update(parse(os.environ.get(ENV, "")))
+
+
+def describe() -> str:
+    return ",".join(f"{key}={value}" for key, value in sorted(values.items()))
+
+
+def input_mode() -> str:
+    return str(values["input"])
+
+
+def control_every() -> int:
+    return int(values["control_every"])
+
+
+reset()
