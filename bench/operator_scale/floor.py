@@ -44,15 +44,23 @@ async def watch_owners(kubeconfig: str, namespace: str, queue: asyncio.Queue[dic
     headers = {"Authorization": token if " " in token else f"Bearer {token}"}
     url = f"{configuration.host}/apis/trainop.dev/v1alpha1/namespaces/{namespace}/trainingjobs?watch=true"
     timeout = aiohttp.ClientTimeout(total=None)
-    async with (
-        aiohttp.ClientSession(headers=headers, timeout=timeout) as session,
-        session.get(url, ssl=context) as response,
-    ):
-        log.info("watching")  # run.py waits for this line
-        async for line in response.content:
-            event = json.loads(line)
-            if event["type"] == "ADDED":
-                await queue.put(event["object"])
+    resource_version = ""
+    announced = False
+    async with aiohttp.ClientSession(headers=headers, timeout=timeout) as session:
+        # The apiserver may end a watch (a slow reader under load): watch again from the last event seen.
+        while True:
+            since = f"&resourceVersion={resource_version}" if resource_version else ""
+            async with session.get(url + since, ssl=context) as response:
+                if not announced:
+                    log.info("watching")  # run.py waits for this line
+                    announced = True
+                async for line in response.content:
+                    event = json.loads(line)
+                    if event["type"] == "ADDED":
+                        await queue.put(event["object"])
+                    if event["type"] != "ERROR":
+                        resource_version = event["object"]["metadata"]["resourceVersion"]
+            log.info("watch ended after resourceVersion %s; watching again", resource_version)
 
 
 async def main(kubeconfig: str, namespace: str, workers: int) -> None:

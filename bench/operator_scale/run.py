@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import json
 import os
@@ -56,6 +57,10 @@ import operator_factories  # noqa: E402  (tests/operator: the small valid job th
 
 from tests.controlplane import assets, cluster, crds, processes  # noqa: E402
 from tests.reliability import kube_async, kuberay_async  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import operator_trace  # noqa: E402  (bench/operator_scale/operator_trace.py)
+
 from trainop.controller import options, rbac  # noqa: E402
 
 NAMESPACE = "bench"
@@ -187,7 +192,12 @@ def start_floor(kubeconfig: Path, log_path: Path, workers: int) -> processes.Man
 
 
 def start_operator(
-    kubeconfig: Path, log_path: Path, workers: int, profile: Path | None, variant: Variant
+    kubeconfig: Path,
+    log_path: Path,
+    workers: int,
+    profile: Path | None,
+    variant: Variant,
+    trace: Path | None = None,
 ) -> tuple[processes.ManagedProcess, int]:
     liveness, metrics_port = processes.free_loopback_port(), processes.free_loopback_port()
     # CPU time, not cProfile's default wall clock: on a shared machine, wall time charges whatever ran
@@ -206,11 +216,13 @@ def start_operator(
         if profile
         else []
     )
+    tracer = [str(Path(__file__).resolve().parent / "operator_trace.py")] if trace else []
+    env = variant.env() | ({"TRAINOP_TRACE": str(trace)} if trace else {})
     process = processes.ManagedProcess.start(
         name="operator",
         argv=[
             sys.executable,
-            *(profiler or ["-m", "trainop.controller"]),
+            *(profiler or tracer or ["-m", "trainop.controller"]),
             f"--kubeconfig={kubeconfig}",
             f"--namespace={NAMESPACE}",
             f"--liveness-port={liveness}",
@@ -219,7 +231,7 @@ def start_operator(
             "--log-format=plain",
         ],
         log_path=log_path,
-        env=variant.env(),
+        env=env,
     )
     process.wait_healthy(lambda: processes.http_ok(f"http://127.0.0.1:{liveness}/healthz"), timeout_s=60)
     return process, metrics_port
@@ -238,9 +250,15 @@ def reconciles(metrics_port: int) -> dict[str, float]:
 
 # ------------------------------------------------------------------------------------------- burst
 async def burst(
-    plane: cluster.ControlPlane, num_jobs: int, concurrency: int, *, until_rayjobs: bool = False
+    plane: cluster.ControlPlane,
+    num_jobs: int,
+    concurrency: int,
+    *,
+    until_rayjobs: bool = False,
+    controller: processes.ManagedProcess | None = None,
 ) -> dict[str, Any]:
-    """The burst; ``until_rayjobs`` (the floor) ends it once every RayJob exists, not every Succeeded."""
+    """The burst; ``until_rayjobs`` (the floor) ends it once every RayJob exists, not every Succeeded.
+    Fails at once if ``controller`` (the operator or the floor) exits before the burst settled."""
     names = [f"job-{i:05d}" for i in range(num_jobs)]
     created_at: dict[str, float] = {}
     rayjob_at: dict[str, float] = {}
@@ -294,7 +312,14 @@ async def burst(
         await asyncio.gather(*(create(n) for n in names))
         created_all = loop.time() - started
         try:
-            await asyncio.wait_for(all_done.wait(), timeout=1800)
+            deadline = loop.time() + 1800
+            while not all_done.is_set():
+                if controller is not None and controller.popen.poll() is not None:
+                    raise RuntimeError(f"{controller.name} exited ({controller.popen.returncode}) mid-burst")
+                if loop.time() > deadline:
+                    raise TimeoutError(f"{len(done_at)} of {num_jobs} jobs settled in 1800 s")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(all_done.wait(), timeout=1.0)
         finally:
             await kube_async.cancel(follower)
             await kuberay.stop()
@@ -365,6 +390,7 @@ def run_one(
     workers: int,
     data_root: Path,
     profile: Path | None = None,
+    trace: Path | None = None,
     logs: Path | None = None,
 ) -> dict[str, Any]:
     load_at_start = os.getloadavg()
@@ -376,7 +402,7 @@ def run_one(
         if variant.floor:
             operator = start_floor(kubeconfig, log_path, workers)
         else:
-            operator, metrics_port = start_operator(kubeconfig, log_path, workers, profile, variant)
+            operator, metrics_port = start_operator(kubeconfig, log_path, workers, profile, variant, trace)
         try:
             time.sleep(2.0)  # let kopf finish its initial listings
             _, offset = count_audit(audit_log, 0)
@@ -385,7 +411,9 @@ def run_one(
             before["operator"] = proc_stat(operator.pid)["cpu_s"]
             bench_cpu = time.process_time()
             timing_before = apiserver_seconds(plane)
-            result = asyncio.run(burst(plane, num_jobs, concurrency, until_rayjobs=variant.floor))
+            result = asyncio.run(
+                burst(plane, num_jobs, concurrency, until_rayjobs=variant.floor, controller=operator)
+            )
             timing_after = apiserver_seconds(plane)
             time.sleep(3.0)  # trailing reconciles after the last Succeeded
             counts, _ = count_audit(audit_log, offset)
@@ -416,6 +444,8 @@ def run_one(
                 shutil.copy(log_path, logs / f"{data_root.name}.log")
     finally:
         plane.stop()
+    if trace is not None and trace.exists():
+        result["operator_trace"] = operator_trace.summarise(trace)
     non_watch = {k: v for k, v in counts.items() if not k.startswith("watch ")}
     writes = sum(v for k, v in non_watch.items() if k.split()[0] in WRITE_VERBS)
     reads = sum(non_watch.values()) - writes
@@ -463,6 +493,12 @@ def main() -> None:
     parser.add_argument(
         "--profile", type=Path, help="a directory: run operators under cProfile, one stats file per run"
     )
+    parser.add_argument(
+        "--trace",
+        type=Path,
+        help="a directory: run operators under operator_trace.py (queue waits, reconciles, requests, "
+        "loop lag), one raw file per run, summarised into each result as operator_trace",
+    )
     args = parser.parse_args()
     variants = args.variant or [Variant("operator")]
     results = []
@@ -470,10 +506,14 @@ def main() -> None:
         for num_jobs in args.jobs or [100, 1000]:
             for repeat in range(args.repeat):
                 for variant in variants:
-                    profile = None
+                    profile = trace = None
+                    run_name = f"{variant.name}-{num_jobs}-{repeat}"
                     if args.profile is not None and not variant.floor:
                         args.profile.mkdir(parents=True, exist_ok=True)
-                        profile = args.profile / f"{variant.name}-{num_jobs}-{repeat}.prof"
+                        profile = args.profile / f"{run_name}.prof"
+                    elif args.trace is not None and not variant.floor:
+                        args.trace.mkdir(parents=True, exist_ok=True)
+                        trace = args.trace / f"{run_name}.json"
                     result = run_one(
                         num_jobs,
                         variant=variant,
@@ -481,6 +521,7 @@ def main() -> None:
                         workers=args.workers,
                         data_root=Path(tmp) / f"{variant.name}-{num_jobs}-{repeat}",
                         profile=profile,
+                        trace=trace,
                         logs=args.logs,
                     )
                     print(

@@ -5,22 +5,27 @@
    ``checkpoint.storage.s3``: then the trainer driver's ``status.storage`` says whether the bucket can be
    written) and, while an attempt is starting, that attempt's Ray pods and RayCluster.
 2. Decide: ``acceptance.evaluate`` (which spec to run) and ``state_machine.next_status``.
-3. Write:
-   a. the accepted spec into the owner's ``trainop.dev/applied-spec`` annotation, when it changed;
-   b. Events for phase transitions and new problems (before c: see ``events``);
-   c. the operator-owned status fields, as a JSON merge patch computed against what was read, so the
-      trainer's fields (progress, checkpoint, network) are never part of it;
-   d. the children in ``CREATION_WAVES`` (claim, ConfigMap, ServiceAccount and Role concurrently, then
-      the RoleBinding), then the attempt's RayJob; RayJobs of other attempts are deleted; or, after
-      ttlSecondsAfterFinished, the owner itself. A child is written only when the cache says it must be:
-      a create-only child that is not there; the ConfigMap when it was not written for this attempt
-      (a running attempt's config never changes under it: mutable spec changes reach the next one; it
-      is not watched, so an owner's first reconcile in a process reads it: the one child read);
-      ServiceAccount, Role and RoleBinding unless this process applied the same manifest and saw no other
-      change of them since (``own_writes``).
+3. Write, in three sequential steps, each a set of concurrent requests:
+   a. the owner's own writes -- the accepted spec into its ``trainop.dev/applied-spec`` annotation when
+      it changed, and Events for phase transitions and new problems (both before the status: see
+      ``events``), then the operator-owned status fields, as a JSON merge patch computed against what
+      was read, so the trainer's fields (progress, checkpoint, network) are never part of it --
+      (two round trips), concurrently with the children that depend on none of that record: the
+      ServiceAccount and the Role;
+   b. the children that do: the claim, the ConfigMap, the RoleBinding (``CREATION_WAVES``);
+   c. the attempt's RayJob; RayJobs of other attempts are deleted; or, after ttlSecondsAfterFinished,
+      the owner itself instead of b and c.
+   A child is written only when the cache says it must be: a create-only child that is not there; the
+   ConfigMap when it was not written for this attempt (a running attempt's config never changes under
+   it: mutable spec changes reach the next one; it is not watched, so an owner's first reconcile in a
+   process reads it: the one child read); ServiceAccount, Role and RoleBinding unless this process
+   applied the same manifest and saw no other change of them since (``own_writes``).
 
 Writing the status before acting on it makes every crash window safe: a restarted operator reads the
-recorded intent (a failure, a new attempt number) and repeats the same idempotent actions.
+recorded intent (a failure, a new attempt number) and repeats the same idempotent actions. What is written
+beside the status in step a is the same whatever the status says (a crash there leaves a ServiceAccount or
+Role that the next reconcile finds in place); what depends on the accepted spec or the attempt waits for
+the record.
 
 Returns when to reconcile again (``requeue_after``), for restart backoffs, deadlines and TTLs. This module
 must not be called for one owner by two tasks at once (the work queue guarantees it), and keeps no state
@@ -80,11 +85,15 @@ class Result:
 
 
 # Children are written in waves; the children of one wave do not depend on each other and are written
-# concurrently. A RoleBinding needs its Role (RBAC's escalation check reads the Role: 404 without it),
-# and the RayJob, whose pods need all the others, comes last, only once they are in place.
+# concurrently. The first wave depends on nothing the reconcile records -- a ServiceAccount and a Role are
+# a function of the owner's kind, name and uid alone, not of the spec it accepted nor of the attempt its
+# status records -- so it is written concurrently with the owner's own writes (the accepted spec, the
+# Events, the status). The rest follow the status: the claim (built from the accepted spec), the
+# ConfigMap (the attempt's config) and the RoleBinding (RBAC's escalation check reads its Role: 404
+# without it); then the RayJob, whose pods need all the others, only once they are in place.
 CREATION_WAVES: tuple[frozenset[str], ...] = (
-    frozenset({"PersistentVolumeClaim", "ConfigMap", "ServiceAccount", "Role"}),
-    frozenset({"RoleBinding"}),
+    frozenset({"ServiceAccount", "Role"}),
+    frozenset({"PersistentVolumeClaim", "ConfigMap", "RoleBinding"}),
     frozenset({"RayJob"}),
 )
 
@@ -129,15 +138,77 @@ class Reconciler:
         current = kind.operator_status.from_stored(body.get("status"))
         transition = state_machine.next_status(verdict, current, read.observed)
 
-        if verdict.applied_spec is not None:
-            await self._kube.patch(
+        writes: list[tuple[dict[str, Any], Write]] = []
+        if not transition.delete_owner:
+            if transition.status.phase is not None and transition.status.phase.finished:
+                self.own_writes.forget(key)  # a finished owner's children are not written again
+            if verdict.resource is not None and transition.apply_children:
+                writes = await self._needed_writes(key, verdict.resource, transition, read)
+        waves = [[(m, how) for m, how in writes if m["kind"] in wave] for wave in CREATION_WAVES]
+        errors: dict[str, observe.Problem] = {}
+        # The record of intent and the children that depend on none of it, concurrently.
+        recorded, first_wave = await asyncio.gather(
+            self._record(key, kind, resource_api, body, verdict, transition, read),
+            self._write_wave(key, waves[0], errors),
+            return_exceptions=True,
+        )
+        if isinstance(recorded, BaseException):
+            raise recorded  # nothing that depends on the record was written
+        if transition.delete_owner:
+            log.info("%s: ttlSecondsAfterFinished passed; deleting it", key)
+            await self._kube.delete(resource_api, key.namespace, key.name, uid=body["metadata"]["uid"])
+            return Result(transition=transition)
+        owner_uid = verdict.resource.metadata.uid if verdict.resource is not None else None
+        try:
+            if isinstance(first_wave, BaseException):
+                raise first_wave
+            for wave in waves[1:]:
+                await self._write_wave(key, wave, errors)
+            if owner_uid is not None:
+                await apply.prune_ray_jobs(
+                    self._kube, key.namespace, read.ray_jobs, keep=transition.ray_job, owner_uid=owner_uid
+                )
+        except kube.ApiError as error:
+            if not kube.namespace_terminating(error):
+                raise
+            # Its namespace is being deleted, the owner with it: nothing to create, nothing to retry.
+            log.info("%s: its namespace is being deleted; no children written", key)
+            return Result(transition=transition)
+        finally:
+            if errors != self._create_errors.get(key, {}):
+                self._create_errors[key] = errors
+                if errors:
+                    log.warning("%s: %s", key, "; ".join(p.message for p in errors.values()))
+        return Result(requeue_after=transition.requeue_after, transition=transition)
+
+    async def _record(
+        self,
+        key: OwnerKey,
+        kind: kinds.Kind,
+        resource_api: kube.Resource,
+        body: Mapping[str, Any],
+        verdict: acceptance.Acceptance,
+        transition: state_machine.Transition,
+        read: _Read,
+    ) -> None:
+        """The owner's own writes: the accepted spec and the Events, then the status that records them."""
+        annotation = (
+            self._kube.patch(
                 resource_api,
                 key.namespace,
                 key.name,
                 {"metadata": {"annotations": {kinds.ANNOTATION_APPLIED_SPEC: verdict.applied_spec}}},
             )
-        # Events first: their names are deterministic, so a repeat after a crash is a no-op (409).
-        await events.post(self._kube, body, transition.events, now=observe.format_time(read.observed.now))
+            if verdict.applied_spec is not None
+            else None
+        )
+        # Events before the status: their names are deterministic, so a repeat after a crash is a no-op
+        # (409); after it, a crash in between would lose them.
+        now = observe.format_time(read.observed.now)
+        await asyncio.gather(
+            *([annotation] if annotation is not None else []),
+            events.post(self._kube, body, transition.events, now=now),
+        )
         patch = transition.status.merge_patch_from(body.get("status"))
         if patch:
             await self._kube.patch(
@@ -150,22 +221,6 @@ class Reconciler:
                 metrics.record_restart(kind)
             if transition.time_to_running is not None:
                 metrics.record_time_to_running(kind, transition.time_to_running)
-
-        if transition.delete_owner:
-            log.info("%s: ttlSecondsAfterFinished passed; deleting it", key)
-            await self._kube.delete(resource_api, key.namespace, key.name, uid=body["metadata"]["uid"])
-            return Result(transition=transition)
-        if transition.status.phase is not None and transition.status.phase.finished:
-            self.own_writes.forget(key)  # a finished owner's children are not written again
-        try:
-            await self._write_children(key, verdict, transition, read)
-        except kube.ApiError as error:
-            if not kube.namespace_terminating(error):
-                raise
-            # Its namespace is being deleted, the owner with it: nothing to create, nothing to retry.
-            log.info("%s: its namespace is being deleted; no children written", key)
-            return Result(transition=transition)
-        return Result(requeue_after=transition.requeue_after, transition=transition)
 
     def _observe(
         self, key: OwnerKey, kind: kinds.Kind, body: Mapping[str, Any], verdict: acceptance.Acceptance
@@ -209,40 +264,20 @@ class Reconciler:
                 return dataclasses.replace(ray, problems=problems)
         return ray
 
-    async def _write_children(
-        self,
-        key: OwnerKey,
-        verdict: acceptance.Acceptance,
-        transition: state_machine.Transition,
-        read: _Read,
+    async def _write_wave(
+        self, key: OwnerKey, batch: list[tuple[dict[str, Any], Write]], errors: dict[str, observe.Problem]
     ) -> None:
-        resource = verdict.resource
-        owner_uid = resource.metadata.uid if resource is not None else None
-        errors: dict[str, observe.Problem] = {}
-        try:
-            if resource is not None and owner_uid is not None and transition.apply_children:
-                writes = await self._needed_writes(key, resource, transition, read)
-                for wave in CREATION_WAVES:
-                    batch = [(m, how) for m, how in writes if m["kind"] in wave]
-                    outcomes = await asyncio.gather(
-                        *(self._write(key, m, how, errors) for m, how in batch), return_exceptions=True
-                    )
-                    done = []
-                    for outcome in outcomes:
-                        if isinstance(outcome, BaseException):
-                            raise outcome
-                        done.append(outcome)
-                    if any(w.kind == "RayJob" and w.written == apply.Written.CREATED for w in done):
-                        failpoints.hit("ray-job-created")
-            if owner_uid is not None:
-                await apply.prune_ray_jobs(
-                    self._kube, key.namespace, read.ray_jobs, keep=transition.ray_job, owner_uid=owner_uid
-                )
-        finally:
-            if errors != self._create_errors.get(key, {}):
-                self._create_errors[key] = errors
-                if errors:
-                    log.warning("%s: %s", key, "; ".join(p.message for p in errors.values()))
+        """The children of one wave, concurrently; the first error is raised once all have answered."""
+        outcomes = await asyncio.gather(
+            *(self._write(key, m, how, errors) for m, how in batch), return_exceptions=True
+        )
+        done = []
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+            done.append(outcome)
+        if any(w.kind == "RayJob" and w.written == apply.Written.CREATED for w in done):
+            failpoints.hit("ray-job-created")
 
     async def _config_written(
         self, key: OwnerKey, resource: manifest.Resource, attempt: int, stored_attempt: int, owner_uid: str

@@ -11,7 +11,10 @@ method that speaks HTTP -- so the operator's own verbs (``get``, ``create``, ``p
 - JSON merge patches (RFC 7386); server-side apply approximated as a deep merge of the applied object
   (enough for the operator's applies, which always send the whole desired object);
 - ``fail_on``: answers a chosen request with an error, to cut a reconcile at a chosen point (a crash);
-- records every request as ``(verb, what)`` in ``requests``, e.g. ``("create", "RayJob mlp-a1")``.
+- records every request as ``(verb, what)`` in ``requests``, e.g. ``("create", "RayJob mlp-a1")``, and
+  when it was in flight (``spans``): every request yields to the event loop once before it is served, as
+  one sent over HTTP does, so requests a reconcile issues concurrently are in flight together, and
+  :meth:`FakeKube.before` and :meth:`FakeKube.round_trips` tell what waited for what.
 
 What it does not do: validation, admission, defaulting, RBAC, watches (``Watches.sync`` plays the watch:
 it re-runs the cache's kopf index functions over the store, as kopf does on events).
@@ -19,6 +22,7 @@ it re-runs the cache's kopf index functions over the store, as kopf does on even
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
 import datetime
@@ -54,6 +58,16 @@ class Request:
         return f"{self.verb} {self.kind} {self.name}".rstrip()
 
 
+@dataclasses.dataclass(frozen=True)
+class Span:
+    """When a request was in flight, counted in completed requests: it was sent once ``issued`` requests
+    had been answered, and its own answer was number ``done``."""
+
+    request: Request
+    issued: int
+    done: int
+
+
 def merge(target: Any, patch: Any) -> Any:
     """RFC 7386."""
     if not isinstance(patch, Mapping):
@@ -72,8 +86,10 @@ class FakeKube(kube.Kube):
         super().__init__(api_client=None)  # type: ignore[arg-type]
         self.objects: dict[str, dict[str, Any]] = {}  # collection path + "/" + name -> object
         self.requests: list[Request] = []
+        self.spans: list[Span] = []
         self.fail_on: Callable[[Request], kube.ApiError | None] = lambda _: None
         self._versions = itertools.count(100)
+        self._answered = 0
 
     # ------------------------------------------------------------------------------- what tests use
     def put(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -96,6 +112,24 @@ class FakeKube(kube.Kube):
 
     def clear(self) -> None:
         self.requests.clear()
+        self.spans.clear()
+
+    def _span(self, request: str) -> Span:
+        found = [span for span in self.spans if str(span.request) == request]
+        assert len(found) == 1, f"{request!r} was sent {len(found)} times: {[str(r) for r in self.requests]}"
+        return found[0]
+
+    def before(self, first: str, then: str) -> bool:
+        """Whether request ``first`` was answered before request ``then`` was sent."""
+        return self._span(first).done <= self._span(then).issued
+
+    def round_trips(self) -> int:
+        """The longest chain of requests each sent only after the previous one was answered."""
+        depth: dict[int, int] = {}
+        for index, span in enumerate(self.spans):
+            waited = [depth[i] for i, other in enumerate(self.spans[:index]) if other.done <= span.issued]
+            depth[index] = 1 + max(waited, default=0)
+        return max(depth.values(), default=0)
 
     # ------------------------------------------------------------------------------- the one seam
     async def request(
@@ -127,6 +161,26 @@ class FakeKube(kube.Kube):
             verb = "patch-status"
         request = Request(verb, KINDS[plural], str(name))
         self.requests.append(request)
+        issued = self._answered
+        await asyncio.sleep(0)  # in flight: what was sent together is answered together
+        try:
+            return self._serve(request, parts, namespaced, collection, plural, name, subresource, body)
+        finally:
+            self._answered += 1
+            self.spans.append(Span(request, issued, self._answered))
+
+    def _serve(
+        self,
+        request: Request,
+        parts: list[str],
+        namespaced: int,
+        collection: str,
+        plural: str,
+        name: str,
+        subresource: str | None,
+        body: Any,
+    ) -> dict[str, Any]:
+        verb = request.verb
         error = self.fail_on(request)
         if error is not None:
             raise error

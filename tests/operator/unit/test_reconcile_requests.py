@@ -19,11 +19,13 @@ from trainop.controller import engine, kinds, kube, reconcile
 
 NOW = datetime.datetime(2026, 3, 1, 12, 0, 0, tzinfo=datetime.UTC)
 KEY = reconcile.OwnerKey("TrainingJob", "team-a", "mlp")
-FIRST_WAVE = {
+#: Written beside the owner's status: they depend on nothing it records.
+BESIDE_STATUS = {"apply ServiceAccount mlp-trainer", "apply Role mlp-trainer"}
+#: Written after the status: they depend on the accepted spec or the attempt it records.
+AFTER_STATUS = {
     "create PersistentVolumeClaim mlp-ckpt",
     "apply ConfigMap mlp-trainer",
-    "apply ServiceAccount mlp-trainer",
-    "apply Role mlp-trainer",
+    "apply RoleBinding mlp-trainer",
 }
 
 
@@ -72,20 +74,54 @@ def kuberay(fake: FakeKube, name: str, job_status: str, deployment: str) -> None
     fake.put({**ray_job, "status": {"jobStatus": job_status, "jobDeploymentStatus": deployment}})
 
 
-async def test_a_new_job_writes_its_status_then_its_children_in_waves_and_the_rayjob_last(
+async def test_a_new_job_records_its_intent_before_every_child_that_depends_on_it_and_the_rayjob_last(
     fake: FakeKube, operator: Operator
 ) -> None:
     new_job(fake)
     writes = await operator.reconcile()
     # The owner is read fresh; the children are not read at all (the watches hold them).
     assert [str(r) for r in fake.requests if r.verb in ("get", "list")] == ["get TrainingJob mlp"]
-    # The accepted spec, then the record of intent, come first.
-    assert writes[:2] == ["patch TrainingJob mlp", "patch-status TrainingJob mlp"]
-    assert set(writes[2:6]) == FIRST_WAVE
-    assert writes[6:] == ["apply RoleBinding mlp-trainer", "create RayJob mlp-a1"]
+    assert sorted(writes) == sorted(
+        [
+            "patch TrainingJob mlp",
+            "patch-status TrainingJob mlp",
+            *BESIDE_STATUS,
+            *AFTER_STATUS,
+            "create RayJob mlp-a1",
+        ]
+    )
+    # The accepted spec, then the record of intent...
+    assert fake.before("patch TrainingJob mlp", "patch-status TrainingJob mlp")
+    # ...before what depends on them; the RoleBinding after its Role (RBAC's escalation check reads it).
+    assert all(fake.before("patch-status TrainingJob mlp", child) for child in AFTER_STATUS)
+    assert fake.before("apply Role mlp-trainer", "apply RoleBinding mlp-trainer")
+    # The RayJob last, once everything its pods need is in place.
+    assert all(fake.before(w, "create RayJob mlp-a1") for w in writes if w != "create RayJob mlp-a1")
+    # What depends on nothing the status records does not wait for it: read, owner writes (the
+    # ServiceAccount and Role beside them), the claim/ConfigMap/RoleBinding, the RayJob.
+    assert not any(fake.before("patch TrainingJob mlp", child) for child in BESIDE_STATUS)
+    assert fake.round_trips() == 5
     owner = fake.get_object("TrainingJob", "mlp")
     assert owner is not None and owner["status"]["children"]["rayJob"] == "mlp-a1"
     assert owner["metadata"]["annotations"][kinds.ANNOTATION_APPLIED_SPEC]
+
+
+async def test_a_status_write_that_fails_leaves_every_child_that_depends_on_it_unwritten(
+    fake: FakeKube, operator: Operator
+) -> None:
+    new_job(fake)
+
+    def status_refused(request: Request) -> kube.ApiError | None:
+        if request.verb == "patch-status":
+            return kube.ApiError(503, "ServiceUnavailable", "the status was not written")
+        return None
+
+    fake.fail_on = status_refused
+    with pytest.raises(kube.ApiError):
+        await operator.reconcile()
+    assert not set(fake.writes()) & (AFTER_STATUS | {"create RayJob mlp-a1"})
+    # Only what is the same whatever the status says was written beside it.
+    assert set(fake.writes()) == {"patch TrainingJob mlp", "patch-status TrainingJob mlp", *BESIDE_STATUS}
 
 
 async def test_a_reconcile_that_finds_everything_in_place_reads_the_owner_and_writes_nothing(
@@ -148,8 +184,8 @@ async def test_a_crash_after_the_status_write_is_finished_by_the_next_reconcile_
     operator.restart()
     writes = await operator.reconcile()
     assert "patch-status TrainingJob mlp" not in writes  # the intent was recorded already: nothing to add
-    assert set(writes[:4]) == FIRST_WAVE
-    assert writes[4:] == ["apply RoleBinding mlp-trainer", "create RayJob mlp-a1"]
+    assert sorted(writes) == sorted([*BESIDE_STATUS, *AFTER_STATUS, "create RayJob mlp-a1"])
+    assert all(fake.before(w, "create RayJob mlp-a1") for w in writes if w != "create RayJob mlp-a1")
     owner = fake.get_object("TrainingJob", "mlp")
     assert owner is not None and owner["status"]["attempt"] == 1
 
