@@ -138,7 +138,8 @@ PINNED = [
     _with(workload={"dataset": {"kind": "cifar10"}}),  # no path
     _with(workers={"replicas": "2"}),  # a quoted number: lax pydantic took it, the apiserver does not
     _with(network={"probe": "false"}),  # a quoted boolean
-    _with(workers={"replicas": 2.0}),  # a whole number written as a float: both take it
+    _with(workers={"replicas": 2.0}),  # a whole number written as a float: both refuse it (per-field rule)
+    _with(hyperparameters={"maxSteps": 1.0}),  # ... also where a cross-field rule reads it
     _with_null("checkpoint", "intervalMinutes"),  # null: the apiserver drops it and defaults it
     _with(reporting={"metricsPort": 8075}, workers={"gpusPerWorker": 8}),  # metrics ports over Ray's 8080
     _with(),

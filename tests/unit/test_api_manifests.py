@@ -78,15 +78,42 @@ def test_a_null_field_means_its_default_as_the_apiserver_reads_it() -> None:
     assert job.spec.workers.termination_grace_period_seconds == 120
 
 
-def test_a_whole_number_written_as_a_float_is_an_integer_as_the_apiserver_reads_it() -> None:
+def test_a_whole_number_written_as_a_float_is_refused_in_a_request_body_naming_the_field_and_the_fix() -> (
+    None
+):
+    """The apiserver refuses ``replicas: 2.0`` in a JSON body (the CRD's per-field rule; the real
+    verdicts: tests/integration/test_whole_float_integers.py); a file is read as kubectl sends it."""
     document = _cpu_mlp()
     document["spec"]["workers"]["replicas"] = 2.0
-    job = manifest.parse_object(document)
-    assert isinstance(job, trainingjob.TrainingJob) and job.spec.workers.replicas == 2
+    with pytest.raises(manifest.ManifestError) as refused:
+        manifest.parse_object(document)
+    assert [str(e) for e in refused.value.errors] == [
+        "spec.workers.replicas: must be an integer written without a decimal point: write 2, not 2.0"
+    ]
     document["spec"]["workers"]["replicas"] = 2.5
     with pytest.raises(manifest.ManifestError) as refused:
         manifest.parse_object(document)
-    assert [e.path for e in refused.value.errors] == ["spec.workers.replicas"]
+    assert [str(e) for e in refused.value.errors] == ["spec.workers.replicas: must be a valid integer"]
+
+
+def test_a_file_is_read_as_kubectl_sends_it_whole_floats_as_integers(tmp_path: pathlib.Path) -> None:
+    document = _cpu_mlp()
+    document["spec"]["workers"]["replicas"] = 2.0
+    document["spec"]["hyperparameters"]["maxSteps"] = 600.0
+    document["spec"]["workload"]["config"]["hiddenDim"] = 128.0  # free-form: kubectl sends 128 too
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(document))
+    (job,) = manifest.load_file(path)
+    assert isinstance(job, trainingjob.TrainingJob)
+    assert job.spec.workers.replicas == 2 and job.spec.hyperparameters.max_steps == 600
+    assert job.spec.workload.config["hiddenDim"] == 128 and isinstance(
+        job.spec.workload.config["hiddenDim"], int
+    )
+    assert job.spec.hyperparameters.learning_rate == 0.05  # a fraction stays a float
+    assert manifest.as_kubectl_sends({"a": [1.0, 0.5, True, "1.0"], "b": 1e30}) == {
+        "a": [1, 0.5, True, "1.0"],
+        "b": 1e30,  # beyond int64: Go writes 1e+30 and the apiserver reads a float
+    }
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,10 @@ Design choices:
 - Free-form maps (``dict[str, Any]``) become ``x-kubernetes-preserve-unknown-fields``; nothing else does.
 - Key patterns of maps (``propertyNames``) have no structural equivalent and become a CEL rule.
 - Cross-field rules come from ``x-kubernetes-validations`` attached to the models themselves.
+- Every integer field of a spec carries ``cel.integer_rule()``: a whole number written as a float
+  (``maxSteps: 1.0`` in a JSON body) is refused naming the field, instead of failing whichever CEL rules
+  happen to read it (cel.INTEGER_WITHOUT_DECIMAL_POINT says why). Status fields have none: the operator
+  writes them.
 - Immutable fields (each kind's ``IMMUTABLE_FIELDS``) become transition rules (``oldSelf``) on the spec,
   so the apiserver refuses the edit at apply time; the operator still checks them (controller/acceptance)
   for objects written before the rule existed.
@@ -185,6 +189,17 @@ def _immutable_rule(path: tuple[str, ...]) -> cel.Rule:
     )
 
 
+def _with_integer_rules(node: JsonSchema) -> None:
+    """Give every integer field under ``node`` (free-form maps aside) the rule that refuses ``1.0``."""
+    if node.get("type") == "integer":
+        node.setdefault("x-kubernetes-validations", []).append(cel.integer_rule())
+    for sub in node.get("properties", {}).values():
+        _with_integer_rules(sub)
+    for key in ("items", "additionalProperties"):
+        if isinstance(node.get(key), dict):
+            _with_integer_rules(node[key])
+
+
 def _object_schema(
     model: type[pydantic.BaseModel],
     *,
@@ -193,6 +208,7 @@ def _object_schema(
     immutable_fields: tuple[tuple[str, ...], ...],
 ) -> JsonSchema:
     spec = structural_schema(spec_model, apply_defaults=True)
+    _with_integer_rules(spec)
     spec.setdefault("x-kubernetes-validations", []).extend(_immutable_rule(path) for path in immutable_fields)
 
     # The envelope is written by hand (apiVersion/kind/metadata are the apiserver's); its descriptions are

@@ -9,7 +9,13 @@ A manifest is read as the apiserver reads it, so that ``trainop validate`` is ne
 ``kubectl apply`` (nor stricter where the apiserver is lenient):
 
 - types are strict, as in the CRD schema: ``replicas: "2"`` or ``suspend: "yes"`` is refused (pydantic's
-  lax mode would have converted them), while a whole number written as ``2.0`` counts as an integer;
+  lax mode would have converted them);
+- a whole number written with a decimal point (``maxSteps: 1.0``) in an integer field is refused by
+  ``parse_object`` with cel.INTEGER_WITHOUT_DECIMAL_POINT, as the apiserver refuses such a JSON body (the
+  CRD's per-field rule, crd.py). ``load_file`` first reads the file as kubectl sends it: kubectl re-encodes
+  every whole number as an integer (``1.0`` goes out as ``1``, YAML or JSON file alike), so
+  ``trainop validate job.yaml`` admits ``maxSteps: 1.0`` exactly when ``kubectl apply -f job.yaml`` does.
+  What the apiserver stores never holds a whole float (Go writes ``1``), so the operator reads it;
 - a ``null`` for a field the schema does not mark nullable is dropped before defaults apply, as the
   apiserver prunes it (``intervalMinutes: null`` means the default, not "no interval").
 """
@@ -26,7 +32,7 @@ from typing import Any
 import pydantic
 import yaml
 
-from trainop.api import base, crd, reference, trainingjob, tuningsweep
+from trainop.api import base, cel, crd, reference, trainingjob, tuningsweep
 
 Resource = trainingjob.TrainingJob | tuningsweep.TuningSweep
 
@@ -120,6 +126,9 @@ def _message(error: Any, *, suggestion: str | None = None) -> str:
         hint = PATTERN_HINTS.get(pattern, f"must match {pattern}")
         value = error.get("input")
         return f"{value!r} {hint}" if isinstance(value, str) else hint
+    value = error.get("input")
+    if kind == "int_type" and isinstance(value, float) and value.is_integer():
+        return cel.INTEGER_WITHOUT_DECIMAL_POINT.format(whole=int(value), written=value)
     if msg.startswith("Input should be "):
         msg = "must be " + msg[len("Input should be ") :]
     elif msg.startswith("String should have "):
@@ -180,7 +189,8 @@ def _schema(kind: str) -> dict[str, Any]:
 
 
 def _as_the_apiserver_reads(value: Any, node: dict[str, Any] | None) -> Any:
-    """``value`` with non-nullable nulls pruned and whole floats of integer fields made ints."""
+    """``value`` with non-nullable nulls pruned (whole floats stay floats: the apiserver refuses them in
+    integer fields, see the module docstring)."""
     if node is None or (node.get("x-kubernetes-preserve-unknown-fields") and "properties" not in node):
         return value  # unknown to the schema (the models name it) or free-form (kept verbatim)
     if isinstance(value, dict):
@@ -195,13 +205,30 @@ def _as_the_apiserver_reads(value: Any, node: dict[str, Any] | None) -> Any:
         return out
     if isinstance(value, list) and isinstance(node.get("items"), dict):
         return [_as_the_apiserver_reads(item, node["items"]) for item in value]
-    if isinstance(value, float) and node.get("type") == "integer" and value.is_integer():
+    return value
+
+
+#: Go's JSON encoder writes a float64 below 1e21 without an exponent; a whole one beyond int64 would come
+#: back to the apiserver as a float, so it stays one here too.
+_INT64_LIMIT = 2**63
+
+
+def as_kubectl_sends(value: Any) -> Any:
+    """A decoded manifest file as kubectl sends it: every whole float (``1.0``) an integer, free-form
+    fields included (kubectl decodes the file into an unstructured object and Go re-encodes ``1.0`` as
+    ``1``)."""
+    if isinstance(value, dict):
+        return {key: as_kubectl_sends(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [as_kubectl_sends(item) for item in value]
+    if isinstance(value, float) and value.is_integer() and abs(value) < _INT64_LIMIT:
         return int(value)
     return value
 
 
 def load_file(path: str | pathlib.Path) -> list[Resource]:
-    """Every trainop resource in a YAML file (``---``-separated documents; empty ones are skipped)."""
+    """Every trainop resource in a YAML file (``---``-separated documents; empty ones are skipped), read
+    as ``kubectl apply -f`` sends it (``as_kubectl_sends``)."""
     path = pathlib.Path(path)
     try:
         text = path.read_text()
@@ -215,4 +242,4 @@ def load_file(path: str | pathlib.Path) -> list[Resource]:
         raise ManifestError([FieldError("", f"not valid YAML: {exc}")], source=str(path)) from None
     if not documents:
         raise ManifestError([FieldError("", "the file holds no manifest")], source=str(path))
-    return [parse_object(doc, source=str(path)) for doc in documents]
+    return [parse_object(as_kubectl_sends(doc), source=str(path)) for doc in documents]

@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any
 
-from trainop.api import crd, manifest
+from trainop.api import cel, crd, manifest
 
 _CONSTRAINTS = (
     ("minimum", ">= {}"),
@@ -51,7 +51,8 @@ def _constraints(node: dict[str, Any]) -> str:
             else:
                 parts.append(fmt.format(str(value).replace("|", "\\|")))
     for rule in node.get("x-kubernetes-validations", []):
-        parts.append(rule["message"].replace("|", "\\|"))
+        if rule != cel.integer_rule():  # every integer field has it: the introduction says it once
+            parts.append(rule["message"].replace("|", "\\|"))
     return "; ".join(parts)
 
 
@@ -89,6 +90,12 @@ def render() -> str:
         "reads a manifest: strict types, `null` meaning the default), with the same sentence — except the",
         "few rules listed under [Refused by the operator, not at apply time](#refused-by-the-operator-not-at-"
         "apply-time). tests/integration/test_api_verdicts.py checks this against a real apiserver.",
+        "",
+        "An integer field takes an integer only: a whole number with a decimal point (`maxSteps: 1.0`) in a",
+        'request body is refused with "spec.hyperparameters.maxSteps: ... '
+        + cel.integer_rule()["message"]
+        + '". `kubectl apply -f` and',
+        "`trainop validate` read a YAML or JSON file's `1.0` as `1` (kubectl sends it so), and admit it.",
         "",
     ]
     for obj in crd.all_crds().values():
