@@ -6,7 +6,8 @@ Owns the translation the kubelet and a CRI runtime share between them:
   fsGroup, and the runAsNonRoot checks that end in ``CreateContainerConfigError`` with the kubelet's words;
 - mounts, in order: for a non-root user a 0755 tmpfs over ``/root`` with ``/root/.pyenv`` and
   ``/root/.cache/trainop`` bound back read-only (``/root`` is 0700 here, and the interpreter of the
-  repository's venv lives under it); a private ``/tmp``; the pod's shared ``/dev/shm``; ``/etc/hosts``,
+  repository's venv lives under it); a private ``/tmp`` (with this checkout bound back read-only when it
+  lies under ``/tmp``); the pod's shared ``/dev/shm``; ``/etc/hosts``,
   ``/etc/resolv.conf``, ``/etc/hostname``; the termination-message file; the image's ``paths`` and ``bin``
   (at ``/usr/local/bin``); then the pod's volumeMounts (subPath, readOnly), shallowest first;
 - which mount targets must exist on the host first (the agent's mountpoint registry makes those) and which
@@ -137,6 +138,10 @@ def plan_mounts(
             if os.path.isdir(path)
         ]
     mounts.append(runtime.Mount(target="/tmp", kind="tmpfs", options="mode=1777"))
+    # A checkout under /tmp (a CI clone there) holds the images' venv: it comes back through the private /tmp.
+    checkout = images.REPO_ROOT.resolve()
+    if checkout.is_relative_to("/tmp"):
+        mounts.append(runtime.Mount(target=str(checkout), source=str(checkout), readonly=True, mkdir="dir"))
     mounts.append(runtime.Mount(target="/dev/shm", source=str(sandbox.shm)))
     for target, source in (
         ("/etc/hosts", sandbox.hosts),

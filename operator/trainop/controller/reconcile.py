@@ -175,10 +175,16 @@ class Reconciler:
             log.info("%s: its namespace is being deleted; no children written", key)
             return Result(transition=transition)
         finally:
-            if errors != self._create_errors.get(key, {}):
+            changed = errors != self._create_errors.get(key, {})
+            if changed:
                 self._create_errors[key] = errors
                 if errors:
                     log.warning("%s: %s", key, "; ".join(p.message for p in errors.values()))
+        if changed:
+            # The status this reconcile wrote was computed from the previous creation errors (it is written
+            # before the children): e.g. still QuotaExceeded although the claim now exists. Our own
+            # creations' watch events do not wake the owner, so look again at once.
+            return Result(requeue_after=0.0, transition=transition)
         return Result(requeue_after=transition.requeue_after, transition=transition)
 
     async def _record(

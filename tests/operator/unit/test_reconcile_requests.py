@@ -341,3 +341,35 @@ async def test_the_trainers_check_of_the_bucket_wakes_the_operator_and_storage_r
     assert ("create Event mlp" in {w.split(".")[0] for w in writes}) == (not ready)  # a problem's Warning
     assert storage_ready(fake) == expected
     assert not engine.needs_reconcile(fake.get_object("TrainingJob", "mlp"))  # type: ignore[arg-type]
+
+
+async def test_a_claim_created_after_a_refusal_asks_for_another_look_so_the_status_catches_up(
+    fake: FakeKube, operator: Operator
+) -> None:
+    """The status is written before the children: the reconcile that finally creates a refused claim wrote
+    the old QuotaExceeded. Its own creation's watch event does not wake the owner, so it must ask for a
+    reconcile at once (requeue 0), and that one writes the truth. Seen in CI: StorageReady said
+    QuotaExceeded for good while the claim and the RayJob existed."""
+    new_job(fake)
+
+    def quota(request: Request) -> kube.ApiError | None:
+        if request.verb == "create" and request.kind == "PersistentVolumeClaim":
+            return kube.ApiError(
+                403, "Forbidden", 'persistentvolumeclaims "mlp-ckpt" is forbidden: exceeded quota'
+            )
+        return None
+
+    fake.fail_on = quota
+    for _ in range(2):  # refused (retried with backoff by the engine); the second one records it on status
+        with pytest.raises(kube.ApiError, match="exceeded quota"):
+            await operator.reconcile()
+    assert storage_ready(fake) == ("False", "QuotaExceeded")
+
+    fake.fail_on = lambda _: None  # the quota allows it
+    operator.watches.sync()
+    created = await operator.reconciler.reconcile(KEY)
+    assert fake.get_object("PersistentVolumeClaim", "mlp-ckpt") is not None
+    assert storage_ready(fake) == ("False", "QuotaExceeded")  # written before the claim
+    assert created.requeue_after == 0.0
+    await operator.reconcile()
+    assert storage_ready(fake)[1] != "QuotaExceeded"
