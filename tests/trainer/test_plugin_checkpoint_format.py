@@ -6,7 +6,6 @@ pruning never touches. Nothing is mocked."""
 
 from __future__ import annotations
 
-import datetime
 import pathlib
 import subprocess
 import sys
@@ -14,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-import torch.distributed as dist
+import trainer_support
 
 from trainop.plugin import checkpoints
 from trainop_trainer import config, distributed, run_record, stateful
@@ -22,29 +21,13 @@ from trainop_trainer.checkpoint_store import CheckpointStore
 from trainop_trainer.checkpointer import Checkpointer
 
 
-@pytest.fixture(scope="module", autouse=True)
-def world_of_one() -> Iterator[None]:
-    dist.init_process_group(
-        "gloo",
-        rank=0,
-        world_size=1,
-        init_method=f"tcp://127.0.0.1:{distributed.free_port()}",
-        timeout=datetime.timedelta(seconds=60),
-    )
-    yield
-    dist.destroy_process_group()
+@pytest.fixture(scope="module")
+def ctx() -> Iterator[distributed.WorkerContext]:
+    with trainer_support.world_of_one() as rank0:
+        yield rank0
 
 
-def write_three(root: pathlib.Path) -> None:
-    ctx = distributed.WorkerContext(
-        rank=0,
-        world_size=1,
-        local_rank=0,
-        local_world_size=1,
-        node_rank=0,
-        device=torch.device("cpu"),
-        backend="gloo",
-    )
+def write_three(root: pathlib.Path, ctx: distributed.WorkerContext) -> None:
     model = torch.nn.Linear(64, 32)
     checkpointer = Checkpointer(
         root=root,
@@ -63,10 +46,10 @@ def run(script: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_listing_reads_step_epoch_time_size_and_loss_from_the_trainers_manifests(
-    tmp_path: pathlib.Path,
+    tmp_path: pathlib.Path, ctx: distributed.WorkerContext
 ) -> None:
     root = tmp_path / "checkpoints"
-    write_three(root)
+    write_three(root, ctx)
     rows = checkpoints.parse(run(checkpoints.LIST_SCRIPT, str(root)).stdout)
     assert [(r.step, r.epoch, r.loss, r.state) for r in rows] == [
         (100, 1, 0.9, "ok"),
@@ -81,10 +64,10 @@ def test_the_listing_reads_step_epoch_time_size_and_loss_from_the_trainers_manif
 
 
 def test_an_interrupted_write_is_listed_as_incomplete_and_never_chosen_to_resume_from(
-    tmp_path: pathlib.Path,
+    tmp_path: pathlib.Path, ctx: distributed.WorkerContext
 ) -> None:
     root = tmp_path / "checkpoints"
-    write_three(root)
+    write_three(root, ctx)
     (root / "step_200" / ".metadata").unlink()  # as if the writer died before DCP committed
     rows = checkpoints.parse(run(checkpoints.LIST_SCRIPT, str(root)).stdout)
     assert [(r.step, r.state) for r in rows] == [(100, "ok"), (200, "incomplete"), (300, "ok")]
@@ -98,16 +81,16 @@ def test_an_interrupted_write_is_listed_as_incomplete_and_never_chosen_to_resume
 
 
 def test_after_set_aside_the_trainer_resumes_from_the_chosen_step_and_keeps_the_others(
-    tmp_path: pathlib.Path,
+    tmp_path: pathlib.Path, ctx: distributed.WorkerContext
 ) -> None:
     root = tmp_path / "checkpoints"
-    write_three(root)
+    write_three(root, ctx)
     done = run(checkpoints.SET_ASIDE_SCRIPT, str(root), "250", "20260301T120000Z")
     assert checkpoints.parse_set_aside(done.stdout) == {"resume": 200, "setAside": [300]}
     saved = CheckpointStore(root).newest_valid()
     assert saved is not None and saved.step == 200  # what the next attempt resumes from
     # Training on writes step 300 again; keep-last pruning only ever sees step_<N> directories.
-    write_three(root)
+    write_three(root, ctx)
     CheckpointStore(root).prune(keep_last=1)
     names = sorted(p.name for p in root.iterdir())
     assert names == ["step_300", "step_300.set-aside-20260301T120000Z"]

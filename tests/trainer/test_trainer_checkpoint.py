@@ -11,7 +11,6 @@ multi-rank behaviour (resharding, every rank writing its share) is tested under 
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import json
 import logging
 import pathlib
@@ -22,7 +21,6 @@ from typing import Any
 
 import pytest
 import torch
-import torch.distributed as dist
 import trainer_support
 
 from tests.objectstore.server import S3Server
@@ -35,15 +33,8 @@ LEGACY = trainer_support.REPO / "tests" / "trainer" / "data" / "legacy_v1" / "ch
 
 @pytest.fixture(scope="module", autouse=True)
 def world_of_one() -> Iterator[None]:
-    dist.init_process_group(
-        "gloo",
-        rank=0,
-        world_size=1,
-        init_method=f"tcp://127.0.0.1:{distributed.free_port()}",
-        timeout=datetime.timedelta(seconds=60),
-    )
-    yield
-    dist.destroy_process_group()
+    with trainer_support.world_of_one():
+        yield
 
 
 CTX = distributed.WorkerContext(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import json
 import os
 import pathlib
@@ -9,6 +11,7 @@ import socket
 import sys
 import uuid
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 from trainop.api import trainer_config
@@ -188,3 +191,33 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     env.update(extra)
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+@contextlib.contextmanager
+def world_of_one() -> Iterator[Any]:
+    """A gloo process group of one rank in this process (the Checkpointer's DCP collectives need one);
+    yields the rank's ``WorkerContext`` on the CPU."""
+    import torch
+    import torch.distributed as dist
+
+    from trainop_trainer import distributed
+
+    dist.init_process_group(
+        "gloo",
+        rank=0,
+        world_size=1,
+        init_method=f"tcp://127.0.0.1:{distributed.free_port()}",
+        timeout=datetime.timedelta(seconds=60),
+    )
+    try:
+        yield distributed.WorkerContext(
+            rank=0,
+            world_size=1,
+            local_rank=0,
+            local_world_size=1,
+            node_rank=0,
+            device=torch.device("cpu"),
+            backend="gloo",
+        )
+    finally:
+        dist.destroy_process_group()
