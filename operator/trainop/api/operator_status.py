@@ -45,13 +45,35 @@ class Phase(enum.StrEnum):
         return self in (Phase.SUCCEEDED, Phase.FAILED)
 
 
+class FailureReason(enum.StrEnum):
+    """Why an attempt (or, in the trainer, a worker group inside one) failed: the failure classes.
+
+    Each class has its own restart budget (spec.failurePolicy.budgets). The trainer's failure records
+    (status.workerFailures) use the same strings.
+    """
+
+    PREEMPTED = "Preempted"  # the pod was evicted or deleted with a grace period (spot, drain)
+    NODE_LOST = "NodeLost"  # the node went away or stopped reporting Ready
+    OOM_KILLED = "OOMKilled"  # a container was killed over its memory limit
+    STALLED = "Stalled"  # no training progress for failurePolicy.stallTimeoutSeconds
+    NCCL_ERROR = "NCCLError"  # a collective failed or timed out
+    USER_CODE_ERROR = "UserCodeError"  # the training function raised
+    INFRA_ERROR = "InfraError"  # image pull, scheduling, KubeRay or Ray start-up
+    INVALID_SPEC = "InvalidSpec"  # KubeRay refused the RayJob the spec produced
+    UNKNOWN = "Unknown"  # none of the facts seen says which
+
+
 class Failure(base.ApiModel):
     attempt: int
     """The attempt that failed."""
     reason: str
-    """Why, in one CamelCase word: KubeRay's (e.g. AppFailed for a Ray job that failed) or trainop's."""
+    """The failure class, one of Preempted, NodeLost, OOMKilled, Stalled, NCCLError, UserCodeError,
+    InfraError, InvalidSpec, Unknown; each is counted against its own budget in
+    spec.failurePolicy.budgets."""
     message: str = ""
-    """KubeRay's or the trainer's explanation of the failure."""
+    """The facts the class was decided from: the trainer's account (exception type and last frame for a
+    UserCodeError, the stuck rank for a Stalled attempt), the pod's or node's state, or KubeRay's
+    message."""
     time: str
     """When the operator recorded the failure (RFC 3339, UTC)."""
 
