@@ -197,7 +197,7 @@ def test_defaults_fill_an_almost_empty_spec() -> None:
     assert isinstance(job, trainingjob.TrainingJob)
     assert job.spec.workers.replicas == 1
     assert job.spec.checkpoint.keep_last == 3
-    assert job.spec.failure_policy.max_restarts == 3
+    assert job.spec.failure_policy.max_restarts is None  # unset: only the per-class budgets count
     assert job.spec.network.profile == trainingjob.NetworkProfile.AUTO
 
 

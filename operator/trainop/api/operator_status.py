@@ -100,17 +100,21 @@ class OperatorStatus(base.ApiModel):
     next one starts after a backoff and resumes from the newest checkpoint), Suspended (spec.suspend),
     Succeeded or Failed. Written by the operator."""
     conditions: list[base.Condition] = pydantic.Field(default_factory=list)
-    """Always the same eight conditions, for kubectl wait and kubectl describe: SpecValid, SpecApplied,
-    StorageReady, RayClusterReady, Running, Suspended, Complete, Failed. A condition's reason and message
-    say what is wrong, what the operator waits for, and what to do. Written by the operator."""
+    """Always the same nine conditions, for kubectl wait and kubectl describe: SpecValid, SpecApplied,
+    StorageReady, RayClusterReady, Running, Suspended, Complete, Failed, Progressing. A condition's reason
+    and message say what is wrong, what the operator waits for, and what to do. Written by the operator."""
     observed_generation: int | None = None
     """The metadata.generation of the spec the operator last acted on."""
     attempt: int = 0
     """The current attempt, counted from 1: each runs in its own RayJob. A new attempt starts after a failure
     (a restart) or when a suspended job resumes. 0 before the first."""
     restarts: int = 0
-    """Attempts started because the one before failed, at most spec.failurePolicy.maxRestarts. Resuming from
-    suspend does not count."""
+    """Attempts started because the one before failed (restartsByReason has them by class), at most
+    spec.failurePolicy.maxRestarts when set. Resuming from suspend does not count."""
+    restarts_by_reason: dict[str, int] = pydantic.Field(default_factory=dict)
+    """Attempts started after a failure, by the class of that failure (Preempted, UserCodeError, ...). With
+    the trainer's in-attempt restarts (status.workerFailures.counts) they use up
+    spec.failurePolicy.budgets."""
     failures: list[Failure] = pydantic.Field(default_factory=list, max_length=MAX_FAILURE_HISTORY)
     """The failed attempts, oldest first, at most the last 10: attempt, reason, message, time."""
     children: Children | None = None

@@ -143,6 +143,14 @@ class TrainerConfig(base.ApiModel):
         default=None, description="A sweep's MLflow parent run: a trial's run becomes its child."
     )
 
+    @property
+    def failure_policy(self) -> trainingjob.FailurePolicy:
+        """The job's failure policy (stallTimeoutSeconds, the per-class budgets, maxWorkerFailures): the
+        spec's own, so the trainer and the operator read one definition. The operator's share of each
+        budget (status.restartsByReason) is on the job's status, not here: it changes during the attempt's
+        life only when a new attempt starts, and the driver reads the status anyway."""
+        return self.spec.failure_policy
+
 
 class SweepConfig(base.ApiModel):
     """What the operator hands a TuningSweep's driver (``python -m trainop_trainer.sweep``).

@@ -14,6 +14,7 @@ import enum
 from typing import Annotated, Any, Literal
 
 import pydantic
+from pydantic import alias_generators
 
 from trainop.api import base, cel, experiment, operator_status
 
@@ -664,16 +665,100 @@ class Checkpoint(base.ApiModel):
         return self
 
 
-class FailurePolicy(base.ApiModel):
-    max_restarts: Annotated[int, pydantic.Field(ge=0, le=100)] = pydantic.Field(
+class FailureBudgets(base.ApiModel):
+    """How many failures of each class a job survives: in-attempt worker restarts and new attempts
+    together (status.workerFailures.counts + status.restartsByReason). A failure of a class whose budget is
+    used up fails the job, with a message naming the budget. Preemptions and node losses are the
+    cluster's doing and are retried without limit in practice (the job's activeDeadlineSeconds still
+    bounds them); a deterministic bug is not worth a second full attempt."""
+
+    preempted: Annotated[int, pydantic.Field(ge=0, le=10000)] = pydantic.Field(
+        default=1000,
+        description="Preempted: a Ray pod was evicted or deleted with a grace period (spot reclaim, drain). "
+        "Restarted at once, without backoff. Default 1000.",
+    )
+    node_lost: Annotated[int, pydantic.Field(ge=0, le=10000)] = pydantic.Field(
+        default=1000,
+        description="NodeLost: a Ray pod's node went away or stopped being Ready. Restarted at once, without "
+        "backoff. Default 1000.",
+    )
+    oom_killed: Annotated[int, pydantic.Field(ge=0, le=10000)] = pydantic.Field(
+        default=1,
+        description="OOMKilled: a container was killed over its memory limit. Lower "
+        "hyperparameters.batchSizePerWorker or raise workers.memoryPerWorker rather than this. Default 1.",
+    )
+    stalled: Annotated[int, pydantic.Field(ge=0, le=10000)] = pydantic.Field(
         default=3,
-        description="New attempts of the whole job (each a new RayJob, resuming from the newest checkpoint) "
-        "after failed ones, before the job is Failed. Default 3.",
+        description="Stalled: no training progress for stallTimeoutSeconds (a hung collective, a stuck data "
+        "loader), seen by the trainer's watchdog or the operator's. Default 3.",
+    )
+    nccl_error: Annotated[int, pydantic.Field(ge=0, le=10000)] = pydantic.Field(
+        default=3, description="NCCLError: a collective failed or timed out. Default 3."
+    )
+    user_code_error: Annotated[int, pydantic.Field(ge=0, le=10000)] = pydantic.Field(
+        default=1,
+        description="UserCodeError: the training function raised (exception type and last frame in "
+        "status.failures). Default 1: one retry for a flaky cause, not ten for a bug.",
+    )
+    infra_error: Annotated[int, pydantic.Field(ge=0, le=10000)] = pydantic.Field(
+        default=5,
+        description="InfraError: an image could not be pulled, a pod could not be scheduled, or KubeRay or "
+        "Ray did not start. Default 5.",
+    )
+    invalid_spec: Annotated[int, pydantic.Field(ge=0, le=10000)] = pydantic.Field(
+        default=0,
+        description="InvalidSpec: KubeRay refused the RayJob the spec produced; retrying cannot help. "
+        "Default 0.",
+    )
+    unknown: Annotated[int, pydantic.Field(ge=0, le=10000)] = pydantic.Field(
+        default=3, description="Unknown: none of the facts seen tells the class. Default 3."
+    )
+
+    def of(self, reason: operator_status.FailureReason) -> int:
+        """The budget of one failure class."""
+        return int(getattr(self, _BUDGET_FIELDS[reason]))
+
+    @staticmethod
+    def key(reason: operator_status.FailureReason) -> str:
+        """The budget's field name as written in a manifest, e.g. userCodeError."""
+        return alias_generators.to_camel(_BUDGET_FIELDS[reason])
+
+
+_BUDGET_FIELDS: dict[operator_status.FailureReason, str] = {
+    operator_status.FailureReason.PREEMPTED: "preempted",
+    operator_status.FailureReason.NODE_LOST: "node_lost",
+    operator_status.FailureReason.OOM_KILLED: "oom_killed",
+    operator_status.FailureReason.STALLED: "stalled",
+    operator_status.FailureReason.NCCL_ERROR: "nccl_error",
+    operator_status.FailureReason.USER_CODE_ERROR: "user_code_error",
+    operator_status.FailureReason.INFRA_ERROR: "infra_error",
+    operator_status.FailureReason.INVALID_SPEC: "invalid_spec",
+    operator_status.FailureReason.UNKNOWN: "unknown",
+}
+
+# Failure classes the cluster causes, not the job: restarted at once (the pods are gone anyway).
+NO_BACKOFF_REASONS = frozenset(
+    {operator_status.FailureReason.PREEMPTED, operator_status.FailureReason.NODE_LOST}
+)
+# The lowest stallTimeoutSeconds: low enough for a test job, far below any real one.
+MIN_STALL_TIMEOUT_SECONDS = 10
+
+
+class FailurePolicy(base.ApiModel):
+    """How failures are retried. Every failed attempt (and every in-attempt worker restart) is classified
+    (Preempted, NodeLost, OOMKilled, Stalled, NCCLError, UserCodeError, InfraError, InvalidSpec, Unknown)
+    and counted against its class's budget; docs/operator.md, "Failures", says how each is detected."""
+
+    max_restarts: Annotated[int, pydantic.Field(ge=0, le=10000)] | None = pydantic.Field(
+        default=None,
+        description="Optional cap on new attempts of the whole job (each a new RayJob, resuming from the "
+        "newest checkpoint) whatever their class. Unset (the default): only the per-class budgets count.",
     )
     backoff_seconds: Annotated[int, pydantic.Field(ge=0, le=3600)] = pydantic.Field(
         default=10,
-        description="Seconds to wait before the first restart; the wait doubles with each restart up to "
-        "maxBackoffSeconds. Default 10.",
+        description="Seconds to wait before a new attempt after a failure of a class; the wait doubles "
+        "with each earlier restart of the same class, up to maxBackoffSeconds. Preempted and NodeLost "
+        "attempts are restarted at once, without backoff. Default 10.",
     )
     max_backoff_seconds: Annotated[int, pydantic.Field(ge=0, le=86400)] = 600
     """Upper bound of the wait before a restart, in seconds. Default 600."""
@@ -682,6 +767,22 @@ class FailurePolicy(base.ApiModel):
         description="Worker-group restarts inside one attempt (Ray Train's FailureConfig.max_failures): a "
         "failed worker restarts every worker of the attempt from the newest checkpoint, within seconds, "
         "before the attempt fails. Default 2.",
+    )
+    stall_timeout_seconds: Annotated[int, pydantic.Field(ge=MIN_STALL_TIMEOUT_SECONDS, le=86400)] = (
+        pydantic.Field(
+            default=900,
+            description="A rank that makes no training progress for this many seconds is stalled: the "
+            "trainer dumps its stacks and fails the attempt as Stalled. The operator also restarts an "
+            "attempt whose status.progress is not updated for this long plus twice reporting.everySeconds. "
+            "Keep it "
+            "well above the longest checkpoint write, compile or evaluation. Default 900 (15 min), "
+            "at least 10.",
+        )
+    )
+    budgets: FailureBudgets = pydantic.Field(
+        default_factory=FailureBudgets,
+        description="Failures survived per class (in-attempt restarts and new attempts together); a failure "
+        "over its class's budget fails the job.",
     )
 
 
@@ -1026,6 +1127,47 @@ class Progress(base.ApiModel):
     """When rank 0 wrote this record (RFC 3339, UTC)."""
 
 
+class WorkerFailure(base.ApiModel):
+    """One failure the trainer saw inside an attempt. Written by the trainer's driver only."""
+
+    attempt: int
+    """The attempt it happened in."""
+    reason: str
+    """Its class (status.failures[].reason names the same classes)."""
+    message: str = ""
+    """One sentence: what failed and where, e.g. "ValueError: bad shape at model.py:42 (forward)"."""
+    rank: int | None = None
+    """The rank it happened on, when one rank is to blame."""
+    step: int | None = None
+    """The optimizer step training was at."""
+    time: str
+    """When the trainer saw it (RFC 3339, UTC)."""
+    restarted: bool = False
+    """true: the trainer restarted the workers inside the attempt; false: it ended the attempt."""
+
+
+class WorkerFailures(base.ApiModel):
+    """The trainer's account of failures inside attempts. Written by the trainer's driver only; the
+    operator reads it to classify an attempt's end and to count budgets."""
+
+    counts: dict[str, int] = pydantic.Field(default_factory=dict)
+    """In-attempt restarts per failure class, over all the job's attempts."""
+    last: list[WorkerFailure] = pydantic.Field(default_factory=list, max_length=10)
+    """The newest failures, newest first, at most 10."""
+
+
+class Goodput(base.ApiModel):
+    """Productive training time over wall time, computed by the operator (docs/operator.md, "Goodput")."""
+
+    ratio: float
+    """productiveSeconds / wallSeconds, between 0 and 1."""
+    productive_seconds: float
+    """status.progress.step optimizer steps at the measured step time: the training the job kept."""
+    wall_seconds: float
+    """Seconds since startTime (to completionTime once finished): start-up, restarts, stalls and steps
+    recomputed after a failure are the difference."""
+
+
 class CheckpointStatus(base.ApiModel):
     """Written by the trainer's rank 0 only."""
 
@@ -1094,6 +1236,9 @@ class TrainingJobOperatorStatus(operator_status.OperatorStatus):
     """Worker pods of the job (spec.workers.replicas), shown by kubectl get."""
     gpus: int | None = None
     """GPUs the job uses in all (replicas x gpusPerWorker), shown by kubectl get."""
+    goodput: Goodput | None = None
+    """Productive training time over wall time since the job started, updated by the operator on each of
+    its reconciles once the trainer reports a step time."""
 
 
 class TrainingJobStatus(TrainingJobOperatorStatus):
@@ -1105,6 +1250,9 @@ class TrainingJobStatus(TrainingJobOperatorStatus):
     storage: StorageStatus | None = None
     """Whether the checkpoint storage was writable when the current attempt started, written by the
     trainer's driver."""
+    worker_failures: WorkerFailures | None = None
+    """Failures the trainer saw inside attempts (in-attempt restarts and the failure that ended an
+    attempt), by class, written by the trainer's driver."""
     network: NetworkStatus | None = None
     """The network the trainer found and the all-reduce bandwidth it measured at start-up, written by
     rank 0."""

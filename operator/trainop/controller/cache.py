@@ -42,7 +42,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from trainop.controller import kinds, observe
+from trainop.controller import failures, kinds, observe
 
 #: ``kopf.index`` ids, one per watched child resource, and the one index over owners.
 RAY_JOBS = "trainop_rayjobs"
@@ -133,12 +133,20 @@ def index_claim(body: Mapping[str, Any]) -> dict[Any, ClaimRecord]:
     return {(str(meta.get("namespace")), name): ClaimRecord(seen(body), observe.claim(name, body))}
 
 
-def index_pod(body: Mapping[str, Any]) -> dict[Any, tuple[str, tuple[observe.Problem, ...]]] | None:
+@dataclasses.dataclass(frozen=True, slots=True)
+class PodRecord:
+    name: str
+    problems: tuple[observe.Problem, ...]
+    facts: tuple[failures.PodFact, ...]  # what would explain a failure of its attempt
+
+
+def index_pod(body: Mapping[str, Any]) -> dict[Any, PodRecord] | None:
     key = _owner_key(body)
     attempt = (body["metadata"].get("labels") or {}).get(kinds.LABEL_ATTEMPT)
     if key is None or attempt is None:
         return None
-    return {(*key, str(attempt)): (str(body["metadata"]["name"]), observe.pod_problems([body]))}
+    record = PodRecord(str(body["metadata"]["name"]), observe.pod_problems([body]), failures.pod_facts(body))
+    return {(*key, str(attempt)): record}
 
 
 def index_owner_claims(body: Mapping[str, Any]) -> dict[Any, tuple[str, str]] | None:
@@ -214,10 +222,14 @@ class Cache:
     def pod_problems(
         self, namespace: str, kind: kinds.Kind, owner: str, attempt: int
     ) -> tuple[observe.Problem, ...]:
-        pods: list[tuple[str, tuple[observe.Problem, ...]]] = self._get(
-            PODS, (namespace, kind.kind, owner, str(attempt))
-        )
-        return tuple(problem for _, problems in sorted(pods, key=lambda p: p[0]) for problem in problems)
+        pods: list[PodRecord] = self._get(PODS, (namespace, kind.kind, owner, str(attempt)))
+        return tuple(problem for pod in sorted(pods, key=lambda p: p.name) for problem in pod.problems)
+
+    def pod_facts(
+        self, namespace: str, kind: kinds.Kind, owner: str, attempt: int
+    ) -> tuple[failures.PodFact, ...]:
+        pods: list[PodRecord] = self._get(PODS, (namespace, kind.kind, owner, str(attempt)))
+        return tuple(fact for pod in sorted(pods, key=lambda p: p.name) for fact in pod.facts)
 
     def owners_of_claim(self, namespace: str, claim: str) -> list[tuple[str, str]]:
         """(kind, name) of every owner that creates or names this claim."""

@@ -1,6 +1,6 @@
 """The conditions on an owner's status, computed whole on every reconcile from the facts at hand.
 
-Every owner carries the same eight condition types, always present, so that ``kubectl wait
+Every owner carries the same nine condition types, always present, so that ``kubectl wait
 --for=condition=Complete`` (or ``Failed``, ``Running``, ``Suspended``) works and ``kubectl describe``
 shows what is wrong in one place:
 
@@ -13,7 +13,10 @@ RayClusterReady     the current attempt's Ray cluster runs (False: why not, e.g.
 Running             phase is Running
 Suspended           spec.suspend stopped the job
 Complete            the job succeeded
-Failed              the job failed for good (reason: the last failure's reason)
+Failed              the job failed for good (reason: the last failure's class)
+Progressing         while Running: the trainer reports progress (False, reason Stalled: the
+                    operator's watchdog saw no status.progress update for too long, see
+                    ``state_machine``); Unknown while not Running
 ==================  ======================================================================
 
 ``lastTransitionTime`` changes only when a condition's status changes. This module must not talk to the
@@ -41,7 +44,19 @@ RUNNING = "Running"
 SUSPENDED = "Suspended"
 COMPLETE = "Complete"
 FAILED = "Failed"
-TYPES = (SPEC_VALID, SPEC_APPLIED, STORAGE_READY, RAY_CLUSTER_READY, RUNNING, SUSPENDED, COMPLETE, FAILED)
+PROGRESSING = "Progressing"
+TYPES = (
+    SPEC_VALID,
+    SPEC_APPLIED,
+    STORAGE_READY,
+    RAY_CLUSTER_READY,
+    RUNNING,
+    SUSPENDED,
+    COMPLETE,
+    FAILED,
+    PROGRESSING,
+)
+STALLED = "Stalled"
 DIAGNOSTIC_TYPES = (SPEC_VALID, SPEC_APPLIED, STORAGE_READY, RAY_CLUSTER_READY)
 
 # Reasons that mean "a user should look at this": a condition turning into one of them posts a Warning.
@@ -273,6 +288,16 @@ def phase(current: Phase, reason: str, message: str) -> list[Desired]:
         flag(COMPLETE, current == Phase.SUCCEEDED, "NotComplete"),
         flag(FAILED, current == Phase.FAILED, "NotFailed"),
     ]
+
+
+def progressing(current: Phase, stall: str | None, watchdog: str) -> Desired:
+    """Progressing. ``stall``: the watchdog's finding when it fired in this attempt (then False, Stalled,
+    kept while the restart it causes waits); ``watchdog``: what the watchdog checks, for the True message."""
+    if stall is not None:
+        return Desired(PROGRESSING, "False", STALLED, stall)
+    if current == Phase.RUNNING:
+        return Desired(PROGRESSING, "True", "Progressing", watchdog)
+    return Desired(PROGRESSING, "Unknown", "NotRunning", f"The phase is {current.value}.")
 
 
 def merge(

@@ -8,6 +8,8 @@ Operator series (label ``kind`` is TrainingJob or TuningSweep):
 - ``trainop_operator_reconcile_duration_seconds{kind}``   histogram
 - ``trainop_operator_jobs{kind,phase}``                   gauge, owners per phase (every phase, 0 included)
 - ``trainop_operator_restarts_total{kind}``               counter, attempts started after a failure
+- ``trainop_operator_failures_total{kind,reason}``        counter, failed attempts by class (``reason`` is
+  a ``FailureReason``: nine values, every one present from the start), counted when recorded on status
 - ``trainop_operator_time_to_running_seconds{kind}``      histogram, RayJob created -> Ray job RUNNING
 
 Per-owner series, removed when the owner is deleted:
@@ -18,7 +20,8 @@ Per-owner series, removed when the owner is deleted:
   ``{namespace,name}``, and ``trainop_job_allreduce_bus_bandwidth_bytes_per_second{namespace,name,profile}``
   (bytes/s, base unit: ``status.network.allReduceBusBandwidthGBPerSecond`` * 1e9; ``profile`` is
   ``status.network.profile``, so an alert can compare against that profile's floor; when the trainer
-  reports another profile the old series is replaced, never left behind): TrainingJobs only
+  reports another profile the old series is replaced, never left behind), and
+  ``trainop_job_goodput_ratio{namespace,name}`` (``status.goodput.ratio``): TrainingJobs only
   (they carry no kind label, so a same-named sweep must not write them); a series appears once its
   status field does.
 
@@ -36,7 +39,7 @@ from typing import Any
 
 import prometheus_client
 
-from trainop.api.operator_status import Phase
+from trainop.api.operator_status import FailureReason, Phase
 from trainop.controller import kinds, observe
 
 REGISTRY = prometheus_client.CollectorRegistry(auto_describe=True)
@@ -52,6 +55,12 @@ JOBS = prometheus_client.Gauge(
 )
 RESTARTS_TOTAL = prometheus_client.Counter(
     "trainop_operator_restarts_total", "Attempts started after a failed attempt.", ["kind"], registry=REGISTRY
+)
+FAILURES_TOTAL = prometheus_client.Counter(
+    "trainop_operator_failures_total",
+    "Failed attempts, by failure class (status.failures[].reason).",
+    ["kind", "reason"],
+    registry=REGISTRY,
 )
 TIME_TO_RUNNING = prometheus_client.Histogram(
     "trainop_operator_time_to_running_seconds",
@@ -99,6 +108,12 @@ JOB_SAMPLES_PER_SECOND = prometheus_client.Gauge(
 JOB_LOSS = prometheus_client.Gauge(
     "trainop_job_loss", "Latest training loss.", _JOB_LABELS, registry=REGISTRY
 )
+JOB_GOODPUT = prometheus_client.Gauge(
+    "trainop_job_goodput_ratio",
+    "Productive training time over wall time since the job started (status.goodput.ratio).",
+    _JOB_LABELS,
+    registry=REGISTRY,
+)
 
 _TRAINER_GAUGES = (
     JOB_STEP,
@@ -107,6 +122,7 @@ _TRAINER_GAUGES = (
     JOB_PROGRESS_TIME,
     JOB_SAMPLES_PER_SECOND,
     JOB_LOSS,
+    JOB_GOODPUT,
 )
 
 OwnerKey = tuple[str, str, str]  # kind, namespace, name
@@ -116,6 +132,8 @@ for _kind in kinds.ALL:
     for _result in ("success", "error"):
         RECONCILE_TOTAL.labels(_kind.kind, _result)
     RESTARTS_TOTAL.labels(_kind.kind)
+    for _reason in FailureReason:
+        FAILURES_TOTAL.labels(_kind.kind, _reason.value)
 
 
 class OwnerMetrics:
@@ -175,6 +193,7 @@ class OwnerMetrics:
     def _observe_trainer(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         progress: Mapping[str, Any] = status.get("progress") or {}
         checkpoint: Mapping[str, Any] = status.get("checkpoint") or {}
+        goodput: Mapping[str, Any] = status.get("goodput") or {}
         network: Mapping[str, Any] = status.get("network") or {}
         values: list[tuple[prometheus_client.Gauge, float | None]] = [
             (JOB_RESTARTS, _number(status.get("restarts", 0))),
@@ -183,6 +202,7 @@ class OwnerMetrics:
             (JOB_SAMPLES_PER_SECOND, _number(progress.get("samplesPerSecond"))),
             (JOB_PROGRESS_TIME, _timestamp(progress.get("updated"))),
             (JOB_CHECKPOINT_TIME, _timestamp(checkpoint.get("time"))),
+            (JOB_GOODPUT, _number(goodput.get("ratio"))),
         ]
         for gauge, value in values:
             if value is not None:
@@ -206,6 +226,10 @@ def record_reconcile(kind: kinds.Kind, *, ok: bool, seconds: float) -> None:
 
 def record_restart(kind: kinds.Kind) -> None:
     RESTARTS_TOTAL.labels(kind.kind).inc()
+
+
+def record_failure(kind: kinds.Kind, reason: FailureReason) -> None:
+    FAILURES_TOTAL.labels(kind.kind, reason.value).inc()
 
 
 def record_time_to_running(kind: kinds.Kind, seconds: float) -> None:

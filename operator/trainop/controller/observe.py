@@ -69,6 +69,7 @@ class RayJobObservation:
     created: datetime.datetime | None = None
     cluster_name: str = ""
     problems: tuple[Problem, ...] = ()
+    ended: datetime.datetime | None = None  # KubeRay's status.endTime: when the Ray job finished
 
 
 class Ownership(enum.Enum):
@@ -113,6 +114,7 @@ def ray_job(obj: Mapping[str, Any]) -> RayJobObservation:
         created=parse_time(obj["metadata"].get("creationTimestamp")),
         cluster_name=str(status.get("rayClusterName") or ""),
         problems=cluster_problems(status.get("rayClusterStatus") or {}),
+        ended=parse_time(status.get("endTime")),
     )
 
 

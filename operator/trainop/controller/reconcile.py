@@ -41,7 +41,7 @@ import datetime
 import enum
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import pydantic
 
@@ -54,6 +54,7 @@ from trainop.controller import (
     children,
     events,
     failpoints,
+    failures,
     kinds,
     kube,
     metrics,
@@ -120,10 +121,14 @@ class Reconciler:
         self._clock = clock
         # Child creation errors of the previous reconcile, by owner: they explain a stuck phase.
         self._create_errors: dict[OwnerKey, dict[str, observe.Problem]] = {}
+        # What the current attempt's Ray pods showed, by owner: (attempt, facts). Pods of a failed attempt
+        # may be gone (and out of the cache) when its RayJob reports FAILED; these outlive them.
+        self._pod_facts: dict[OwnerKey, tuple[int, tuple[failures.PodFact, ...]]] = {}
         self.own_writes = own_writes.OwnWrites()
 
     def forget(self, key: OwnerKey) -> None:
         self._create_errors.pop(key, None)
+        self._pod_facts.pop(key, None)
         self.own_writes.forget(key)
 
     async def reconcile(self, key: OwnerKey) -> Result:
@@ -225,6 +230,8 @@ class Reconciler:
             # retries the reconcile, which then starts from the new status and would not see them again.
             if transition.restarted:
                 metrics.record_restart(kind)
+            if transition.failed is not None:
+                metrics.record_failure(kind, transition.failed)
             if transition.time_to_running is not None:
                 metrics.record_time_to_running(kind, transition.time_to_running)
 
@@ -257,8 +264,24 @@ class Reconciler:
             foreign_ray_jobs=frozenset(r.seen.name for r in ray_jobs if owner_uid not in r.seen.owner_uids),
             leftovers=tuple(leftovers),
             storage_check=_storage_check(raw_status),
+            worker_failures=_trainer_record(raw_status, "workerFailures", trainingjob.WorkerFailures),
+            progress=_trainer_record(raw_status, "progress", trainingjob.Progress),
+            pod_facts=self._remember_pod_facts(key, kind, attempt),
         )
         return _Read(owner_uid, attempt, observed, ray_jobs, claim)
+
+    def _remember_pod_facts(
+        self, key: OwnerKey, kind: kinds.Kind, attempt: int
+    ) -> tuple[failures.PodFact, ...]:
+        """The failure facts of this attempt's pods seen so far by this process, the cache's added."""
+        if attempt <= 0:
+            return ()
+        kept_attempt, kept = self._pod_facts.get(key, (attempt, ()))
+        if kept_attempt != attempt:
+            kept = ()
+        facts = failures.remember(kept, self._cache.pod_facts(key.namespace, kind, key.name, attempt))
+        self._pod_facts[key] = (attempt, facts)
+        return facts
 
     def _with_cluster_problems(
         self, namespace: str, ray: observe.RayJobObservation
@@ -383,6 +406,20 @@ def _storage_check(raw_status: Mapping[str, Any]) -> trainingjob.StorageStatus |
         return None
     try:
         return trainingjob.StorageStatus.model_validate(reported)
+    except pydantic.ValidationError:
+        return None
+
+
+Record = TypeVar("Record", bound=pydantic.BaseModel)
+
+
+def _trainer_record(raw_status: Mapping[str, Any], field: str, model: type[Record]) -> Record | None:
+    """One of the trainer's status records, read as an observation (anything malformed: none)."""
+    reported = raw_status.get(field)
+    if not reported:
+        return None
+    try:
+        return model.model_validate(reported)
     except pydantic.ValidationError:
         return None
 

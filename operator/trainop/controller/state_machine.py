@@ -6,7 +6,7 @@
                ^             |            |
                |             +-----+------+--> Failed   (no restarts left, deadline, RayJob invalid/stopped)
                |                   |
-               |                   v  (RayJob FAILED; restarts < failurePolicy.maxRestarts)
+               |                   v  (RayJob FAILED or stalled; its class's budget not used up)
                +----(backoff)--- Restarting              attempt N+1, same run name: resumes
                |
                +----(suspend: false)-- Suspended <-- (spec.suspend: true, from any unfinished phase)
@@ -33,6 +33,19 @@ carries ``requeue_after`` so the caller can schedule that reconcile. The caller 
 before acting on the Transition (creating or deleting RayJobs): the status is the record of intent, so a
 crash between the two repeats the same actions and never loses a failure or double-counts a restart.
 
+Every failed attempt is classified (``failures.classify``: the trainer's account, the pod facts, the
+RayJob) and the class decides: a failure of class X is retried iff used(X) = restartsByReason[X] +
+workerFailures.counts[X] (the trainer's in-attempt restarts) is below failurePolicy.budgets[X], and
+maxRestarts (when set) is not reached. Preempted and NodeLost restart at once; other classes wait
+backoffSeconds doubled per earlier restart of that class.
+
+The operator's watchdog: while Running, a TrainingJob whose ``status.progress.updated`` is older than
+stallTimeoutSeconds + 2 x reporting.everySeconds, counted from the later of that time and the Running
+condition's lastTransitionTime (a new attempt re-arms it), is stalled: Progressing=False/Stalled, a Warning
+Event, and the attempt is failed as Stalled -- its RayJob deleted, a new attempt resuming from the newest
+checkpoint. Its timing is a ``requeue_after`` like a restart's, recomputed from the status at every
+reconcile: no timer lives only in memory.
+
 Suspend is not a restart: resuming creates attempt N+1 but leaves ``restarts`` alone, and resets
 ``startTime`` (the activeDeadlineSeconds clock stops while suspended, as for batch/v1 Jobs).
 """
@@ -44,8 +57,8 @@ import datetime
 from collections.abc import Mapping
 
 from trainop.api import manifest, operator_status, trainingjob
-from trainop.api.operator_status import MAX_FAILURE_HISTORY, Children, Failure, Phase
-from trainop.controller import acceptance, conditions, kinds, observe
+from trainop.api.operator_status import MAX_FAILURE_HISTORY, Children, Failure, FailureReason, Phase
+from trainop.controller import acceptance, conditions, failures, goodput, kinds, observe
 
 # Phases whose entry is announced with an Event: outcomes and what a user did or must look at. Entering
 # Pending or Provisioning is progress, which the status shows; an Event for it would be one more write per
@@ -72,6 +85,12 @@ class Observed:
     # The trainer driver's start-up check of the checkpoint storage (status.storage), read only: with
     # checkpoint.storage.s3 it is what StorageReady says (``conditions.object_storage``).
     storage_check: trainingjob.StorageStatus | None = None
+    # The trainer's records, read only: its account of failures (status.workerFailures) and its last
+    # progress report (status.progress), for the failure class, the budgets, the watchdog and goodput.
+    worker_failures: trainingjob.WorkerFailures | None = None
+    progress: trainingjob.Progress | None = None
+    # What the attempt's Ray pods showed while it ran (``failures.pod_facts``), kept by the reconciler.
+    pod_facts: tuple[failures.PodFact, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,11 +120,51 @@ class Transition:
     requeue_after: float | None = None
     restarted: bool = False
     time_to_running: float | None = None
+    # The class of the failure this transition records (counted once its status is written).
+    failed: FailureReason | None = None
 
 
-def restart_delay(policy: trainingjob.FailurePolicy, restarts: int) -> int:
-    """Seconds before restart number ``restarts + 1``: backoffSeconds doubling per restart, capped."""
+def restart_delay(
+    policy: trainingjob.FailurePolicy, restarts: int, reason: FailureReason | None = None
+) -> int:
+    """Seconds before a restart after ``restarts`` earlier ones (of the same class): backoffSeconds doubling
+    per restart, capped; none for the classes the cluster causes (Preempted, NodeLost)."""
+    if reason in trainingjob.NO_BACKOFF_REASONS:
+        return 0
     return min(policy.backoff_seconds * int(2 ** min(restarts, 32)), policy.max_backoff_seconds)
+
+
+# What to change when a class's budget is used up, after "fix ..., or raise the budget".
+BUDGET_HINTS: dict[FailureReason, str] = {
+    FailureReason.PREEMPTED: "the cluster keeps taking the pods away: move the job to nodes that are not "
+    "reclaimed",
+    FailureReason.NODE_LOST: "nodes keep failing under the job: ask the cluster's operators",
+    FailureReason.OOM_KILLED: "lower hyperparameters.batchSizePerWorker or raise workers.memoryPerWorker",
+    FailureReason.STALLED: "find where it hangs (the stacks the trainer wrote, the worker logs), or raise "
+    "spec.failurePolicy.stallTimeoutSeconds if a step, checkpoint or evaluation really takes that long",
+    FailureReason.NCCL_ERROR: "check the network between the workers (status.network; NCCL_DEBUG=INFO in "
+    "the worker logs)",
+    FailureReason.USER_CODE_ERROR: "fix the code",
+    FailureReason.INFRA_ERROR: "fix the image or what the pods ask for (kubectl describe the Ray pods)",
+    FailureReason.INVALID_SPEC: "fix the spec",
+    FailureReason.UNKNOWN: "read the Ray job's logs (kubectl trainop logs)",
+}
+
+
+def budget_used(
+    status: operator_status.OperatorStatus,
+    worker_failures: trainingjob.WorkerFailures | None,
+    reason: FailureReason,
+) -> int:
+    """used(X): new attempts after X (operator) plus in-attempt restarts after X (trainer)."""
+    return status.restarts_by_reason.get(reason.value, 0) + failures.worker_failure_counts(
+        worker_failures
+    ).get(reason.value, 0)
+
+
+def stall_after(spec: trainingjob.TrainingJobSpec) -> float:
+    """Seconds without a status.progress update after which the operator's watchdog fires."""
+    return spec.failure_policy.stall_timeout_seconds + 2 * spec.reporting.every_seconds
 
 
 def next_status(
@@ -130,6 +189,8 @@ class _Evaluation:
         self.events: list[Event] = []
         self.requeues: list[float] = []
         self.ray: observe.RayJobObservation | None = None
+        self.stall: str | None = None  # the watchdog's finding, when it fired in this evaluation
+        self.failed: FailureReason | None = None  # the class of a failure recorded in this evaluation
 
     # ----------------------------------------------------------------------------------------- flow
     def run(self) -> Transition:
@@ -182,6 +243,13 @@ class _Evaluation:
                 return self._decide(apply_children=True)
             self.status.attempt += 1
             self.status.restarts += 1
+            ended = [f for f in self.status.failures if f.attempt == self.status.attempt - 1]
+            if ended:
+                cause = ended[-1].reason
+                self.status.restarts_by_reason = {
+                    **self.status.restarts_by_reason,
+                    cause: self.status.restarts_by_reason.get(cause, 0) + 1,
+                }
             self.status.next_restart_time = None
             self.status.phase = Phase.PENDING
             restarted = True
@@ -235,6 +303,15 @@ class _Evaluation:
                     f"Attempt {attempt} runs in RayJob {name} with "
                     f"{kinds.worker_replicas(resource)} worker pods.",
                 )
+                stall = self._stall(resource, was_running=was_running)
+                if stall is not None:
+                    self.stall = stall
+                    self.events.append(Event("Warning", conditions.STALLED, stall, key=f"stalled/{attempt}"))
+                    return self._after_failure_of(
+                        attempt,
+                        failures.Classification(FailureReason.STALLED, stall, "operator"),
+                        life,
+                    )
             case observe.AttemptState.SUCCEEDED:
                 self._finish(Phase.SUCCEEDED, "Succeeded", f"Attempt {attempt} (RayJob {name}) finished.")
                 return self._after_finish(life)
@@ -246,14 +323,7 @@ class _Evaluation:
                     "trainop (ray job stop); use spec.suspend to pause.",
                 )
                 return self._after_finish(life)
-            case observe.AttemptState.INVALID:
-                self._finish(
-                    Phase.FAILED,
-                    "RayJobValidationFailed",
-                    f"KubeRay refused RayJob {name}: {ray.message if ray else ''}",
-                )
-                return self._after_finish(life)
-            case observe.AttemptState.FAILED:
+            case observe.AttemptState.INVALID | observe.AttemptState.FAILED:
                 assert ray is not None
                 return self._after_failure(ray, life)
         time_to_running = None
@@ -273,30 +343,102 @@ class _Evaluation:
 
     def _after_failure(self, ray: observe.RayJobObservation, life: kinds.Lifecycle) -> Transition:
         attempt = self.status.attempt
-        failures = self.status.failures
-        if not failures or failures[-1].attempt != attempt:
-            failure = Failure(attempt=attempt, reason=ray.reason, message=ray.message, time=_fmt(self.now))
-            self.status.failures = [*failures, failure][-MAX_FAILURE_HISTORY:]
-        what = f"Attempt {attempt} failed ({ray.reason}: {ray.message or 'no message'})"
+        found = failures.classify(
+            attempt=attempt,
+            ray=ray,
+            worker_failures=self.observed.worker_failures,
+            facts=self.observed.pod_facts,
+        )
+        return self._after_failure_of(attempt, found, life)
+
+    def _after_failure_of(
+        self, attempt: int, found: failures.Classification, life: kinds.Lifecycle
+    ) -> Transition:
+        """Record the failure of ``attempt`` (once), then restart within its class's budget or fail."""
+        recorded = self.status.failures
+        if recorded and recorded[-1].attempt == attempt:
+            # Recorded by an earlier reconcile whose writes did not all land: the record decides.
+            reason = failures.as_reason(recorded[-1].reason)
+            message = recorded[-1].message
+        else:
+            reason, message = found.reason, found.message
+            failure = Failure(attempt=attempt, reason=reason.value, message=message, time=_fmt(self.now))
+            self.status.failures = [*recorded, failure][-MAX_FAILURE_HISTORY:]
+            self.failed = reason
+        what = f"Attempt {attempt} failed: {reason.value}: {message or 'no message'}"
         policy = life.failure_policy
-        if self.status.restarts >= policy.max_restarts:
+        budget = policy.budgets.of(reason)
+        used = budget_used(self.status, self.observed.worker_failures, reason)
+        key = trainingjob.FailureBudgets.key(reason)
+        if used >= budget:
             self._finish(
                 Phase.FAILED,
-                ray.reason,
-                f"{what}; no restarts left (spec.failurePolicy.maxRestarts={policy.max_restarts}).",
+                reason.value,
+                f"{reason.value}: {message or 'no message'} (attempt {attempt}); the {key} budget ({budget}) "
+                f"is used up: {BUDGET_HINTS[reason]}, or raise spec.failurePolicy.budgets.{key}.",
             )
             return self._after_finish(life)
-        delay = restart_delay(policy, self.status.restarts)
+        if policy.max_restarts is not None and self.status.restarts >= policy.max_restarts:
+            self._finish(
+                Phase.FAILED,
+                reason.value,
+                f"{what}; no restarts left (spec.failurePolicy.maxRestarts={policy.max_restarts}): raise or "
+                "unset maxRestarts to let the per-class budgets decide.",
+            )
+            return self._after_finish(life)
+        delay = restart_delay(policy, self.status.restarts_by_reason.get(reason.value, 0), reason)
         due = _ceil_second(self.now + datetime.timedelta(seconds=delay))
         self.status.next_restart_time = _fmt(due)
         self._enter(
             Phase.RESTARTING,
-            ray.reason,
-            f"{what}. Attempt {attempt + 1} starts at {_fmt(due)} (restart {self.status.restarts + 1} of "
-            f"{policy.max_restarts}) and resumes from the latest checkpoint.",
+            reason.value,
+            f"{what}. Attempt {attempt + 1} starts at {_fmt(due)} and resumes from the latest checkpoint "
+            f"({key} budget: {used + 1} of {budget} used"
+            + (
+                f"; restart {self.status.restarts + 1} of maxRestarts {policy.max_restarts}"
+                if policy.max_restarts is not None
+                else ""
+            )
+            + ").",
         )
         self.requeues.append((due - self.now).total_seconds())
         return self._decide(apply_children=True)
+
+    def _stall(self, resource: manifest.Resource, *, was_running: bool) -> str | None:
+        """The watchdog's finding when the running attempt reported no progress for too long, else None
+        (and the reconcile at which it would fire is requested). TrainingJobs only: a sweep's driver
+        reports trials, not steps."""
+        if not isinstance(resource, trainingjob.TrainingJob):
+            return None
+        spec = resource.spec
+        limit = stall_after(spec)
+        entered = self._running_since() if was_running else self.now
+        progress = self.observed.progress
+        reported = observe.parse_time(progress.updated) if progress is not None else None
+        since = max(entered, reported) if reported is not None else entered
+        due = since + datetime.timedelta(seconds=limit)
+        if self.now < due:
+            self.requeues.append((due - self.now).total_seconds())
+            return None
+        last = (
+            f"the last one at {progress.updated} (step {progress.step})"
+            if progress is not None and reported is not None and reported >= entered
+            else "none since the attempt started running"
+        )
+        silent = int((self.now - since).total_seconds())
+        return (
+            f"Attempt {self.status.attempt} made no reported progress for {silent} s ({last}): longer "
+            f"than spec.failurePolicy.stallTimeoutSeconds ({spec.failure_policy.stall_timeout_seconds}) + "
+            "2 x "
+            f"reporting.everySeconds ({spec.reporting.every_seconds:g}); its RayJob is deleted and a new "
+            "attempt resumes from the latest checkpoint."
+        )
+
+    def _running_since(self) -> datetime.datetime:
+        for condition in self.current.conditions:
+            if condition.type == conditions.RUNNING and condition.status == "True":
+                return observe.parse_time(condition.last_transition_time) or self.now
+        return self.now
 
     def _after_finish(self, life: kinds.Lifecycle) -> Transition:
         """Finished: keep the last RayJob only if KubeRay finished it too; expire after the TTL."""
@@ -441,6 +583,7 @@ class _Evaluation:
     ) -> Transition:
         if self.status.phase in (Phase.RESTARTING, Phase.SUSPENDED):
             self.status.children = _with_ray_job(self.status.children, None)
+        self._set_goodput()
         self._set_conditions()
         phase = self.status.phase
         assert phase is not None
@@ -478,6 +621,7 @@ class _Evaluation:
             requeue_after=min(self.requeues) if self.requeues and not delete_owner else None,
             restarted=restarted,
             time_to_running=time_to_running,
+            failed=self.failed,
         )
 
     def _phase_note(self) -> tuple[str, str]:
@@ -490,6 +634,33 @@ class _Evaluation:
         phase = self.status.phase
         assert phase is not None
         return phase.value, f"The phase is {phase.value}."
+
+    def _set_goodput(self) -> None:
+        resource = self.verdict.resource
+        if not isinstance(self.status, trainingjob.TrainingJobOperatorStatus) or not isinstance(
+            resource, trainingjob.TrainingJob
+        ):
+            return
+        until = observe.parse_time(self.status.completion_time) or self.now
+        measured = goodput.compute(
+            resource.spec, self.observed.progress, start_time=self.status.start_time, until=until
+        )
+        if measured is not None:
+            self.status.goodput = measured
+
+    def _stall_finding(self) -> str | None:
+        """The watchdog's finding for the current attempt: fired now, or recorded as its failure."""
+        if self.stall is not None:
+            return self.stall
+        ended = self.status.failures[-1] if self.status.failures else None
+        if (
+            self.status.phase in (Phase.RESTARTING, Phase.FAILED)
+            and ended is not None
+            and ended.attempt == self.status.attempt
+            and ended.reason == FailureReason.STALLED.value
+        ):
+            return ended.message
+        return None
 
     def _set_conditions(self) -> None:
         phase = self.status.phase
@@ -519,9 +690,19 @@ class _Evaluation:
                 self.status.children.ray_job if self.status.children else None,
             ),
             *conditions.phase(phase, *self._phase_note()),
+            conditions.progressing(phase, self._stall_finding(), self._watchdog_note()),
         ]
         self.status.conditions = conditions.merge(
             self.current.conditions, desired, now=_fmt(self.now), generation=self.observed.generation
+        )
+
+    def _watchdog_note(self) -> str:
+        resource = self.verdict.resource
+        if not isinstance(resource, trainingjob.TrainingJob):
+            return "The sweep's driver runs; the operator's stall watchdog watches TrainingJobs only."
+        return (
+            f"The attempt runs; the operator restarts it if status.progress is not updated for "
+            f"{stall_after(resource.spec):g} s (stallTimeoutSeconds + 2 x reporting.everySeconds)."
         )
 
 

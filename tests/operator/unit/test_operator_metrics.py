@@ -15,6 +15,7 @@ EXPECTED_NAMES = {
     "trainop_operator_reconcile_duration_seconds": "histogram",
     "trainop_operator_jobs": "gauge",
     "trainop_operator_restarts_total": "counter",
+    "trainop_operator_failures_total": "counter",
     "trainop_operator_time_to_running_seconds": "histogram",
     "trainop_job_phase": "gauge",
     "trainop_job_step": "gauge",
@@ -24,6 +25,7 @@ EXPECTED_NAMES = {
     "trainop_job_allreduce_bus_bandwidth_bytes_per_second": "gauge",
     "trainop_job_samples_per_second": "gauge",
     "trainop_job_loss": "gauge",
+    "trainop_job_goodput_ratio": "gauge",
 }
 
 

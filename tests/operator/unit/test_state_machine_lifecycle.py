@@ -45,9 +45,12 @@ def test_the_longest_deadline_and_ttl_allowed_are_requeued_without_overflow() ->
     body = factories.job(spec={"activeDeadlineSeconds": longest})
     body = {
         **accepted(body),
-        "status": TrainingJobOperatorStatus(phase=Phase.RUNNING, attempt=1, start_time=RFC(NOW)).to_wire(),
+        "status": TrainingJobOperatorStatus(
+            phase=Phase.PROVISIONING, attempt=1, start_time=RFC(NOW)
+        ).to_wire(),
     }
-    assert decide(body, ray_job("mlp-a1", "RUNNING", "Running")).requeue_after == float(longest)
+    # Provisioning: no stall watchdog is armed, so the deadline is the only requeue.
+    assert decide(body, ray_job("mlp-a1", "", "Initializing")).requeue_after == float(longest)
     body = factories.job(spec={"ttlSecondsAfterFinished": longest})
     owned = TrainingJobOperatorStatus(phase=Phase.SUCCEEDED, attempt=1, completion_time=RFC(NOW))
     assert decide({**accepted(body), "status": owned.to_wire()}).requeue_after == float(longest)

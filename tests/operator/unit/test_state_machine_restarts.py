@@ -21,7 +21,7 @@ def test_a_failed_attempt_is_recorded_and_restarts_after_the_backoff() -> None:
 
     assert transition.status.phase == Phase.RESTARTING
     assert [f.model_dump() for f in transition.status.failures] == [
-        {"attempt": 1, "reason": "AppFailed", "message": "exit code 1", "time": RFC(NOW)}
+        {"attempt": 1, "reason": "Unknown", "message": "AppFailed: exit code 1", "time": RFC(NOW)}
     ]
     assert transition.status.next_restart_time == RFC(NOW + seconds(1))
     assert transition.requeue_after == 1.0
@@ -30,14 +30,16 @@ def test_a_failed_attempt_is_recorded_and_restarts_after_the_backoff() -> None:
     assert transition.status.children is not None and transition.status.children.ray_job is None
     assert [(e.type, e.reason) for e in transition.events] == [("Warning", "Restarting")]
     running = condition(transition, conditions.RUNNING)
-    assert running[:2] == ("False", "AppFailed")
-    assert "Attempt 2 starts at" in running[2] and "restart 1 of 2" in running[2]
+    assert running[:2] == ("False", "Unknown")  # no trainer record, no pod fact: the class is not known
+    assert "Attempt 2 starts at" in running[2] and "restart 1 of maxRestarts 2" in running[2]
+    assert "unknown budget: 1 of 3 used" in running[2]
 
 
-def test_a_failure_without_a_kuberay_reason_is_named_rayjobfailed() -> None:
+def test_a_failure_without_a_kuberay_reason_is_unknown_and_names_rayjobfailed() -> None:
     body = with_status(phase=Phase.RUNNING, attempt=1, start_time=RFC(NOW))
     transition = decide(body, ray_job("mlp-a1", "FAILED", "Failed"))
-    assert transition.status.failures[-1].reason == "RayJobFailed"
+    assert transition.status.failures[-1].reason == "Unknown"
+    assert transition.status.failures[-1].message == "RayJobFailed"
 
 
 def test_restarting_waits_until_next_restart_time() -> None:
@@ -95,8 +97,10 @@ def test_next_restart_time_is_rounded_up_so_the_backoff_is_never_shortened() -> 
     assert transition.requeue_after == pytest.approx(1.75)
 
 
-def test_the_second_failure_waits_twice_the_first_backoff() -> None:
-    body = with_status(phase=Phase.RUNNING, attempt=2, restarts=1, start_time=RFC(NOW))
+def test_the_second_failure_of_a_class_waits_twice_the_first_backoff() -> None:
+    body = with_status(
+        phase=Phase.RUNNING, attempt=2, restarts=1, restarts_by_reason={"Unknown": 1}, start_time=RFC(NOW)
+    )
     transition = decide(body, ray_job("mlp-a2", "FAILED", "Failed"))
     assert transition.status.next_restart_time == RFC(NOW + seconds(2))
 
@@ -109,7 +113,7 @@ def test_when_restarts_are_exhausted_the_job_fails_with_the_last_reason() -> Non
     assert transition.status.completion_time == RFC(NOW)
     assert transition.status.failures[-1].attempt == 3
     reason, message = condition(transition, conditions.FAILED)[1:]
-    assert reason == "SubmissionFailed"
+    assert reason == "InfraError"  # KubeRay's SubmissionFailed: the job never ran the user's code
     assert "head pod lost" in message and "maxRestarts=2" in message
     assert transition.ray_job == "mlp-a3"  # finished by KubeRay: kept as the record
     assert [(e.type, e.reason) for e in transition.events] == [("Warning", "Failed")]
@@ -149,18 +153,23 @@ def test_a_failure_already_recorded_for_this_attempt_is_not_recorded_twice() -> 
     assert len(transition.status.failures) == 1
 
 
-@pytest.mark.parametrize(
-    ("job_status", "deployment", "reason"),
-    [("STOPPED", "Complete", "RayJobStopped"), ("", "ValidationFailed", "RayJobValidationFailed")],
-)
-def test_stopped_or_invalid_rayjobs_fail_the_job_without_restarting(
-    job_status: str, deployment: str, reason: str
-) -> None:
+def test_a_stopped_rayjob_fails_the_job_without_restarting() -> None:
     body = with_status(phase=Phase.PROVISIONING, attempt=1, start_time=RFC(NOW))
-    transition = decide(body, ray_job("mlp-a1", job_status, deployment, message="spec.foo: bad"))
+    transition = decide(body, ray_job("mlp-a1", "STOPPED", "Complete", message="spec.foo: bad"))
     assert transition.status.phase == Phase.FAILED
     assert transition.status.restarts == 0 and transition.status.failures == []
-    assert condition(transition, conditions.FAILED)[1] == reason
+    assert condition(transition, conditions.FAILED)[1] == "RayJobStopped"
+
+
+def test_a_rayjob_kuberay_refuses_is_invalidspec_and_its_zero_budget_fails_the_job() -> None:
+    body = with_status(phase=Phase.PROVISIONING, attempt=1, start_time=RFC(NOW))
+    transition = decide(body, ray_job("mlp-a1", "", "ValidationFailed", message="spec.foo: bad"))
+    assert transition.status.phase == Phase.FAILED
+    assert transition.status.restarts == 0
+    assert [f.reason for f in transition.status.failures] == ["InvalidSpec"]
+    reason, message = condition(transition, conditions.FAILED)[1:]
+    assert reason == "InvalidSpec"
+    assert "spec.foo: bad" in message and "the invalidSpec budget (0) is used up: fix the spec" in message
 
 
 def test_a_full_failure_flow_ends_failed_after_max_restarts_with_one_rayjob_per_attempt() -> None:
