@@ -7,8 +7,8 @@ from typing import Any
 
 import operator_factories as factories
 
-from trainop.api.trainingjob import TrainingJobOperatorStatus
-from trainop.controller import acceptance, observe, state_machine
+from trainop.api.trainingjob import Progress, TrainingJobOperatorStatus, WorkerFailures
+from trainop.controller import acceptance, failures, observe, state_machine
 
 NOW = datetime.datetime(2026, 3, 1, 12, 0, 0, tzinfo=datetime.UTC)
 RFC = observe.format_time
@@ -63,6 +63,9 @@ def decide(
     claim_being_deleted: bool = False,
     foreign_ray_jobs: frozenset[str] = frozenset(),
     leftovers: tuple[str, ...] = (),
+    worker_failures: WorkerFailures | None = None,
+    progress: Progress | None = None,
+    pod_facts: tuple[failures.PodFact, ...] = (),
 ) -> state_machine.Transition:
     verdict = acceptance.evaluate(body)
     claim_name = body["spec"].get("checkpoint", {}).get("storage", {}).get("existingClaim", "mlp-ckpt")
@@ -85,6 +88,9 @@ def decide(
             create_errors=create_errors or {},
             foreign_ray_jobs=foreign_ray_jobs,
             leftovers=leftovers,
+            worker_failures=worker_failures,
+            progress=progress,
+            pod_facts=pod_facts,
         ),
     )
 

@@ -1,0 +1,385 @@
+"""Failure classes and their budgets, through the state machine: one row per class -- the facts of a failed
+attempt in, the class out, counted against its budget, restarted until the budget is used up, then Failed
+with a message naming the budget and what to change.
+
+Every row drives a whole job: attempt after attempt, each one Running and then failing with the row's
+facts, until the job is Failed. Nothing is mocked: the facts are the API objects (pod bodies, RayJob
+statuses, the trainer's status records) the operator reads, turned into observations by the same code the
+operator runs (``failures.pod_facts``, ``observe.ray_job``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Callable
+from typing import Any
+
+import operator_factories as factories
+import pytest
+from state_machine_cases import NOW, RFC, accepted, after, condition, decide, ray_job, seconds
+
+from trainop.api.operator_status import FailureReason, Phase
+from trainop.api.trainingjob import FailureBudgets, FailurePolicy, Progress, WorkerFailures
+from trainop.controller import conditions, failures, observe, state_machine
+
+Fail = Callable[[dict[str, Any], int, datetime.datetime], state_machine.Transition]
+
+
+def pod(name: str, **parts: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": "node-2",
+            "containers": [{"name": "ray-worker", "resources": {"limits": {"memory": "2Gi"}}}],
+        },
+        "status": {},
+    }
+    for key, value in parts.items():
+        if key == "metadata":
+            body["metadata"].update(value)
+        else:
+            body["status"][key] = value
+    return body
+
+
+def failed_with_pods(*pods: dict[str, Any]) -> Fail:
+    def fail(body: dict[str, Any], attempt: int, now: datetime.datetime) -> state_machine.Transition:
+        facts = tuple(f for p in pods for f in failures.pod_facts(p))
+        return decide(
+            body, ray_job(f"mlp-a{attempt}", "FAILED", "Failed", reason="AppFailed"), now=now, pod_facts=facts
+        )
+
+    return fail
+
+
+def failed_by_the_trainer(reason: str, message: str) -> Fail:
+    def fail(body: dict[str, Any], attempt: int, now: datetime.datetime) -> state_machine.Transition:
+        record = WorkerFailures.model_validate(
+            {
+                "counts": {},
+                "last": [
+                    {
+                        "attempt": attempt,
+                        "reason": reason,
+                        "message": message,
+                        "rank": 1,
+                        "step": 42,
+                        "time": RFC(now),
+                        "restarted": False,
+                    }
+                ],
+            }
+        )
+        return decide(
+            body,
+            ray_job(f"mlp-a{attempt}", "FAILED", "Failed", reason="AppFailed", message="exit 1"),
+            now=now,
+            worker_failures=record,
+        )
+
+    return fail
+
+
+def stalled(body: dict[str, Any], attempt: int, now: datetime.datetime) -> state_machine.Transition:
+    # One progress report 5 s after the attempt started running, then silence past 900 + 2 x 15 s.
+    reported = Progress(step=7, updated=RFC(now - seconds(60) + seconds(5)))
+    return decide(
+        body, ray_job(f"mlp-a{attempt}", "RUNNING", "Running"), now=now + seconds(940), progress=reported
+    )
+
+
+def refused(body: dict[str, Any], attempt: int, now: datetime.datetime) -> state_machine.Transition:
+    return decide(body, ray_job(f"mlp-a{attempt}", "", "ValidationFailed", message="spec.x: bad"), now=now)
+
+
+def unexplained(body: dict[str, Any], attempt: int, now: datetime.datetime) -> state_machine.Transition:
+    return decide(
+        body, ray_job(f"mlp-a{attempt}", "FAILED", "Failed", reason="AppFailed", message="exit 1"), now=now
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    reason: FailureReason
+    fail: Fail
+    budget: int  # the budget the row runs with (the default where it is small)
+    says: str  # in every failure's message: the facts
+    backoff: bool = True
+
+
+ROWS = [
+    Row(
+        FailureReason.PREEMPTED,
+        failed_with_pods(
+            pod("mlp-w-0", metadata={"deletionTimestamp": RFC(NOW), "deletionGracePeriodSeconds": 30})
+        ),
+        budget=2,
+        says="pod mlp-w-0 was deleted with a grace period of 30 s",
+        backoff=False,
+    ),
+    Row(
+        FailureReason.PREEMPTED,
+        failed_with_pods(pod("mlp-w-1", reason="Evicted", message="The node was low on memory.")),
+        budget=2,
+        says="pod mlp-w-1 was evicted",
+        backoff=False,
+    ),
+    Row(
+        FailureReason.NODE_LOST,
+        failed_with_pods(pod("mlp-w-0", reason="NodeLost")),
+        budget=2,
+        says="node-2 was lost",
+        backoff=False,
+    ),
+    Row(
+        FailureReason.OOM_KILLED,
+        failed_with_pods(
+            pod(
+                "mlp-w-0",
+                containerStatuses=[
+                    {"name": "ray-worker", "state": {"terminated": {"reason": "OOMKilled", "exitCode": 137}}}
+                ],
+            )
+        ),
+        budget=FailureBudgets().oom_killed,
+        says="container ray-worker was OOMKilled (memory limit 2Gi)",
+    ),
+    Row(
+        FailureReason.OOM_KILLED,
+        failed_with_pods(
+            pod(
+                "mlp-w-0",
+                containerStatuses=[
+                    {"name": "ray-worker", "lastState": {"terminated": {"reason": "Error", "exitCode": 137}}}
+                ],
+            )
+        ),
+        budget=FailureBudgets().oom_killed,
+        says="killed (exit 137) under its memory limit 2Gi",
+    ),
+    Row(
+        FailureReason.STALLED, stalled, budget=FailureBudgets().stalled, says="no reported progress for 995 s"
+    ),
+    Row(
+        FailureReason.NCCL_ERROR,
+        failed_by_the_trainer("NCCLError", "all_reduce timed out after 600 s"),
+        budget=FailureBudgets().nccl_error,
+        says="all_reduce timed out after 600 s (rank 1, step 42)",
+    ),
+    Row(
+        FailureReason.USER_CODE_ERROR,
+        failed_by_the_trainer("UserCodeError", "ValueError: bad shape at model.py:42 (forward)"),
+        budget=FailureBudgets().user_code_error,
+        says="ValueError: bad shape at model.py:42 (forward)",
+    ),
+    Row(
+        FailureReason.INFRA_ERROR,
+        failed_with_pods(
+            pod(
+                "mlp-head",
+                containerStatuses=[
+                    {
+                        "name": "ray-head",
+                        "state": {"waiting": {"reason": "ErrImagePull", "message": "not found"}},
+                    }
+                ],
+            )
+        ),
+        budget=2,
+        says="pod mlp-head container ray-head: ErrImagePull: not found",
+    ),
+    Row(FailureReason.INVALID_SPEC, refused, budget=FailureBudgets().invalid_spec, says="spec.x: bad"),
+    Row(FailureReason.UNKNOWN, unexplained, budget=FailureBudgets().unknown, says="AppFailed: exit 1"),
+]
+
+
+def run_until_failed(fail: Fail, policy: dict[str, Any]) -> tuple[state_machine.Transition, list[float]]:
+    """Attempts that run and fail, restarted at their nextRestartTime, until the job is Failed."""
+    body = accepted(factories.job(spec={"failurePolicy": {"maxRestarts": None, **policy}}))
+    now = NOW
+    transition = decide(body, now=now)
+    delays: list[float] = []
+    for _ in range(20):
+        attempt = transition.status.attempt
+        body = after(body, transition)
+        transition = decide(body, ray_job(f"mlp-a{attempt}", "RUNNING", "Running"), now=now)
+        assert transition.status.phase == Phase.RUNNING
+        body = after(body, transition)
+        now += seconds(60)
+        transition = fail(body, attempt, now)
+        if transition.status.phase == Phase.FAILED:
+            return transition, delays
+        assert transition.status.phase == Phase.RESTARTING, transition.status.conditions
+        body = after(body, transition)
+        due = observe.parse_time(transition.status.next_restart_time)
+        assert due is not None
+        failed_at = observe.parse_time(transition.status.failures[-1].time)
+        assert failed_at is not None
+        delays.append((due - failed_at).total_seconds())
+        now = max(now, due)
+        transition = decide(body, now=now)
+        assert transition.restarted and transition.status.phase == Phase.PENDING
+    raise AssertionError("the job never failed")
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: f"{r.reason.value}-{r.says[:24]}")
+def test_each_failure_class_is_restarted_until_its_budget_is_used_up_then_fails_naming_it(row: Row) -> None:
+    key = FailureBudgets.key(row.reason)
+    transition, delays = run_until_failed(row.fail, {"budgets": {key: row.budget}})
+
+    status = transition.status
+    assert status.restarts == row.budget
+    assert status.restarts_by_reason == ({row.reason.value: row.budget} if row.budget else {})
+    assert [f.reason for f in status.failures] == [row.reason.value] * (row.budget + 1)
+    assert all(row.says in f.message for f in status.failures), status.failures[-1].message
+    reason, message = condition(transition, conditions.FAILED)[1:]
+    assert reason == row.reason.value
+    assert message.startswith(f"{row.reason.value}: ")
+    assert f"the {key} budget ({row.budget}) is used up: {state_machine.BUDGET_HINTS[row.reason]}" in message
+    assert message.endswith(f"or raise spec.failurePolicy.budgets.{key}.")
+    if row.backoff:
+        assert delays == [min(2**n, 2) for n in range(row.budget)]  # backoffSeconds 1, max 2, per class
+    else:
+        assert delays == [0.0] * row.budget
+
+
+def test_the_user_code_error_message_names_the_exception_the_frame_and_the_budget() -> None:
+    transition, _ = run_until_failed(
+        failed_by_the_trainer("UserCodeError", "ValueError: bad shape at model.py:42 (forward)"), {}
+    )
+    message = condition(transition, conditions.FAILED)[2]
+    assert message == (
+        "UserCodeError: ValueError: bad shape at model.py:42 (forward) (rank 1, step 42) (attempt 2); the "
+        "userCodeError budget (1) is used up: fix the code, or raise spec.failurePolicy.budgets.userCodeError."
+    )
+
+
+def test_the_trainers_in_attempt_restarts_use_up_the_same_budget() -> None:
+    body = accepted(factories.job(spec={"failurePolicy": {"maxRestarts": None, "budgets": {"ncclError": 2}}}))
+    body = {**body, "status": {"phase": "Running", "attempt": 1, "startTime": RFC(NOW)}}
+    record = WorkerFailures.model_validate(
+        {
+            "counts": {"NCCLError": 2},
+            "last": [{"attempt": 1, "reason": "NCCLError", "message": "all_reduce hung", "time": RFC(NOW)}],
+        }
+    )
+    transition = decide(body, ray_job("mlp-a1", "FAILED", "Failed"), worker_failures=record)
+    assert transition.status.phase == Phase.FAILED
+    assert "the ncclError budget (2) is used up" in condition(transition, conditions.FAILED)[2]
+
+    once = record.model_copy(update={"counts": {"NCCLError": 1}})
+    transition = decide(body, ray_job("mlp-a1", "FAILED", "Failed"), worker_failures=once)
+    assert transition.status.phase == Phase.RESTARTING
+    assert "ncclError budget: 2 of 2 used" in condition(transition, conditions.RUNNING)[2]
+
+
+def test_max_restarts_when_set_caps_attempts_of_every_class() -> None:
+    transition, _ = run_until_failed(unexplained, {"maxRestarts": 1})
+    assert transition.status.restarts == 1
+    assert "maxRestarts=1" in condition(transition, conditions.FAILED)[2]
+
+
+def test_the_default_budgets_are_the_documented_ones() -> None:
+    assert FailurePolicy().max_restarts is None
+    assert FailurePolicy().stall_timeout_seconds == 900
+    assert {r.value: FailureBudgets().of(r) for r in FailureReason} == {
+        "Preempted": 1000,
+        "NodeLost": 1000,
+        "OOMKilled": 1,
+        "Stalled": 3,
+        "NCCLError": 3,
+        "UserCodeError": 1,
+        "InfraError": 5,
+        "InvalidSpec": 0,
+        "Unknown": 3,
+    }
+
+
+def test_pod_facts_after_the_rayjob_ended_are_not_its_cause() -> None:
+    # KubeRay deletes the Ray cluster of a failed RayJob: that deletion is no preemption.
+    deleted = pod(
+        "mlp-w-0", metadata={"deletionTimestamp": RFC(NOW + seconds(30)), "deletionGracePeriodSeconds": 0}
+    )
+    ended = dataclasses.replace(ray_job("mlp-a1", "FAILED", "Failed", reason="AppFailed"), ended=NOW)
+    found = failures.classify(attempt=1, ray=ended, worker_failures=None, facts=failures.pod_facts(deleted))
+    assert found.reason == FailureReason.UNKNOWN
+    before = pod(
+        "mlp-w-0", metadata={"deletionTimestamp": RFC(NOW + seconds(20)), "deletionGracePeriodSeconds": 30}
+    )
+    found = failures.classify(attempt=1, ray=ended, worker_failures=None, facts=failures.pod_facts(before))
+    assert found.reason == FailureReason.PREEMPTED
+
+
+def test_the_trainers_record_wins_over_pod_facts_and_only_its_attempt_ending_entry_counts() -> None:
+    oom = failures.pod_facts(
+        pod(
+            "mlp-w-0",
+            containerStatuses=[{"name": "ray-worker", "state": {"terminated": {"reason": "OOMKilled"}}}],
+        )
+    )
+    record = WorkerFailures.model_validate(
+        {
+            "last": [
+                {
+                    "attempt": 2,
+                    "reason": "Stalled",
+                    "message": "rank 0 stuck",
+                    "time": RFC(NOW),
+                    "restarted": True,
+                },
+                {"attempt": 1, "reason": "UserCodeError", "message": "KeyError: 'x'", "time": RFC(NOW)},
+            ]
+        }
+    )
+    ray = ray_job("mlp-a2", "FAILED", "Failed")
+    assert failures.classify(attempt=2, ray=ray, worker_failures=record, facts=oom).reason == (
+        FailureReason.OOM_KILLED
+    )
+    ray = ray_job("mlp-a1", "FAILED", "Failed")
+    assert failures.classify(attempt=1, ray=ray, worker_failures=record, facts=oom).reason == (
+        FailureReason.USER_CODE_ERROR
+    )
+
+
+# ------------------------------------------------------------------------------------ the watchdog
+def running_job(**policy: Any) -> dict[str, Any]:
+    body = accepted(factories.job(spec={"failurePolicy": policy} if policy else None))
+    transition = decide(body, ray_job("mlp-a1", "RUNNING", "Running"))  # enters Running at NOW
+    return after(
+        {**body, "status": {"phase": "Provisioning", "attempt": 1, "startTime": RFC(NOW)}}, transition
+    )
+
+
+def test_the_watchdog_is_armed_at_running_entry_and_rearmed_by_each_progress_report() -> None:
+    body = running_job(stallTimeoutSeconds=10)  # fires after 10 + 2 x 15 s
+    transition = decide(body, ray_job("mlp-a1", "RUNNING", "Running"), now=NOW + seconds(5))
+    assert transition.requeue_after == 35.0
+    assert condition(transition, conditions.PROGRESSING)[:2] == ("True", "Progressing")
+    fresh = Progress(step=3, updated=RFC(NOW + seconds(30)))
+    transition = decide(body, ray_job("mlp-a1", "RUNNING", "Running"), now=NOW + seconds(45), progress=fresh)
+    assert transition.status.phase == Phase.RUNNING and transition.requeue_after == 25.0
+    # An older attempt's last report does not keep a new attempt alive: Running entry counts.
+    stale = Progress(step=3, updated=RFC(NOW - seconds(3600)))
+    transition = decide(body, ray_job("mlp-a1", "RUNNING", "Running"), now=NOW + seconds(39), progress=stale)
+    assert transition.status.phase == Phase.RUNNING and transition.requeue_after == 1.0
+
+
+def test_a_silent_running_attempt_is_stalled_its_rayjob_deleted_and_the_restart_counted_as_stalled() -> None:
+    body = running_job(stallTimeoutSeconds=10)
+    once = Progress(step=3, updated=RFC(NOW + seconds(2)))
+    transition = decide(body, ray_job("mlp-a1", "RUNNING", "Running"), now=NOW + seconds(42), progress=once)
+
+    assert transition.status.phase == Phase.RESTARTING
+    assert transition.ray_job is None  # every RayJob of the owner is deleted, the stalled one included
+    assert transition.failed == FailureReason.STALLED
+    status, reason, message = condition(transition, conditions.PROGRESSING)
+    assert (status, reason) == ("False", "Stalled")
+    assert "no reported progress for 40 s (the last one at 2026-03-01T12:00:02Z (step 3))" in message
+    assert [(e.type, e.reason) for e in transition.events][:1] == [("Warning", "Stalled")]
+    body = after(body, transition)
+    due = observe.parse_time(transition.status.next_restart_time)
+    assert due is not None
+    transition = decide(body, now=due)
+    assert (transition.status.attempt, transition.status.restarts_by_reason) == (2, {"Stalled": 1})
+    assert condition(transition, conditions.PROGRESSING)[:2] == ("Unknown", "NotRunning")
