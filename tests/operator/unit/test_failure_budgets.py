@@ -250,8 +250,9 @@ def test_the_user_code_error_message_names_the_exception_the_frame_and_the_budge
     )
     message = condition(transition, conditions.FAILED)[2]
     assert message == (
-        "UserCodeError: ValueError: bad shape at model.py:42 (forward) (rank 1, step 42) (attempt 2); the "
-        "userCodeError budget (1) is used up: fix the code, or raise spec.failurePolicy.budgets.userCodeError."
+        "UserCodeError: ValueError: bad shape at model.py:42 (forward) (rank 1, step 42) (attempt 2); "
+        "the userCodeError budget (1) is used up: fix the code, or raise "
+        "spec.failurePolicy.budgets.userCodeError."
     )
 
 
