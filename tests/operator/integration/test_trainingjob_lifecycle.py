@@ -185,11 +185,12 @@ def test_a_failed_rayjob_restarts_as_a_new_attempt_of_the_same_run_until_max_res
 
     status = wait_phase(api, namespace, "Failed")
     assert (status["attempt"], status["restarts"]) == (3, 2)
+    # No trainer record and no pod fact (no pods here): the class is Unknown, KubeRay's words its message.
     assert [(f["attempt"], f["reason"], f["message"]) for f in status["failures"]] == [
-        (a, "AppFailed", f"worker died in attempt {a}") for a in (1, 2, 3)
+        (a, "Unknown", f"AppFailed: worker died in attempt {a}") for a in (1, 2, 3)
     ]
     failed = {c["type"]: c for c in status["conditions"]}["Failed"]
-    assert (failed["status"], failed["reason"]) == ("True", "AppFailed")
+    assert (failed["status"], failed["reason"]) == ("True", "Unknown")
     assert "worker died in attempt 3" in failed["message"] and "maxRestarts=2" in failed["message"]
     assert ray_job_names(api, namespace) == ["mlp-a3"]  # the last attempt stays as the record
     events = api.list(f"/api/v1/namespaces/{namespace}/events")
