@@ -242,7 +242,7 @@ def test_every_example_reconciles_into_a_rayjob_the_kuberay_schema_stores_unprun
     assert contains(ray_job, desired)
 
 
-def test_a_rayjob_kuberay_refuses_fails_the_job_at_once_with_kuberays_reason(
+def test_a_rayjob_kuberay_refuses_fails_the_job_at_once_as_invalidspec(
     operator: Any, api: Api, apply: Any, kuberay: Any, namespace: str
 ) -> None:
     apply(factories.manifest("mlp", namespace))
@@ -252,6 +252,10 @@ def test_a_rayjob_kuberay_refuses_fails_the_job_at_once_with_kuberays_reason(
     )
     status = wait_phase(api, namespace, "Failed")
     conditions = {c["type"]: c for c in status["conditions"]}
-    assert conditions["Failed"]["reason"] == "RayJobValidationFailed"
+    assert conditions["Failed"]["reason"] == "InvalidSpec"
+    assert "the invalidSpec budget (0) is used up: fix the spec" in conditions["Failed"]["message"]
+    assert conditions["RayClusterReady"]["reason"] == "RayJobValidationFailed"
     assert "headGroupSpec should have at least one container" in conditions["RayClusterReady"]["message"]
-    assert (status["restarts"], status.get("failures", [])) == (0, [])  # no point retrying a refused spec
+    # No point retrying a refused spec: recorded as the failure of attempt 1, no restart.
+    assert status["restarts"] == 0
+    assert [(f["attempt"], f["reason"]) for f in status["failures"]] == [(1, "InvalidSpec")]
