@@ -63,6 +63,9 @@ class JobPlan:
             "maxRestarts": self.max_restarts,
             "backoffSeconds": self.backoff_seconds,
             "maxBackoffSeconds": self.backoff_seconds,
+            # The failures are NCCLError (the message names NCCL): maxRestarts, not the class's budget,
+            # is what the churn plans count against.
+            "budgets": {"ncclError": 100},
         }
         return factories.manifest(self.name, namespace, spec={"failurePolicy": policy})
 
@@ -75,7 +78,7 @@ class JobPlan:
             if step == Step.DELETE:
                 return Expected(None, attempt, restarts, tuple(failures))
             if step == Step.FAIL:
-                failures.append((attempt, "AppFailed", self.message(attempt)))
+                failures.append((attempt, "NCCLError", f"AppFailed: {self.message(attempt)}"))
                 if restarts == self.max_restarts:
                     return Expected("Failed", attempt, restarts, tuple(failures))
                 restarts += 1
