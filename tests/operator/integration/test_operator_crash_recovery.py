@@ -137,7 +137,9 @@ def test_killed_after_recording_a_failure_but_before_deleting_the_failed_rayjob(
     flow.start_operator()
     status = flow.finish_successfully(attempt=2)
     assert (status["attempt"], status["restarts"]) == (2, 1)
-    assert [(f["attempt"], f["message"]) for f in status["failures"]] == [(1, "NCCL timeout")]
+    assert [(f["attempt"], f["reason"], f["message"]) for f in status["failures"]] == [
+        (1, "NCCLError", "AppFailed: NCCL timeout")
+    ]
     assert flow.phase_events().count("Restarting") == 1
     flow.assert_one_of_each_child()
 
@@ -191,7 +193,9 @@ def test_a_failure_that_happens_while_the_operator_is_down_is_found_on_restart(f
 
     status = flow.finish_successfully(attempt=2)
     assert (status["attempt"], status["restarts"]) == (2, 1)
-    assert [f["message"] for f in status["failures"]] == ["lost the head node"]
+    assert [(f["reason"], f["message"]) for f in status["failures"]] == [
+        ("Unknown", "AppFailed: lost the head node")
+    ]
     flow.assert_one_of_each_child()
 
 
