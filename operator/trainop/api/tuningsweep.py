@@ -221,7 +221,8 @@ class TuningSweepSpec(base.ApiModel):
     pods, and its head room for one trial driver per concurrent trial (2Gi each). Default 2."""
     max_failed_trials: Annotated[int, pydantic.Field(ge=0)] = 2
     """Failed trials the sweep tolerates; one more ends the attempt as failed (unfinished trials run again in
-    the next attempt, if template.failurePolicy.maxRestarts allows one). Default 2."""
+    the next attempt, if the budget of the failure's class in template.failurePolicy allows one).
+    Default 2."""
     suspend: bool = False
     """true stops the sweep: its RayJob and Ray pods are deleted, trial checkpoints stay on the volume, phase
     becomes Suspended. Setting it back to false starts a new attempt that restores the experiment (not
