@@ -775,7 +775,8 @@ class FailurePolicy(base.ApiModel):
             "trainer dumps its stacks and fails the attempt as Stalled. The operator also restarts an "
             "attempt whose status.progress is not updated for this long plus twice reporting.everySeconds. "
             "Keep it "
-            "well above the longest checkpoint write, compile or evaluation. Default 900 (15 min), "
+            "well above the longest checkpoint write, compile or evaluation, and, for a workload.rayTrain "
+            "function, above the longest gap between its ray.train.report calls. Default 900 (15 min), "
             "at least 10.",
         )
     )
