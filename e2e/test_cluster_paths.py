@@ -3,10 +3,8 @@
 Each scenario is something that happens on a real cluster, caused the way it is caused there, with
 KubeRay's own controller, the real scheduler and the node agent's pods: a GPU no node has, an image that
 cannot be pulled, a job suspended and resumed, pods that do not fit one node while their ReadWriteOnce
-claim holds them to one, a worker pod deleted (a drained node). The tests assert on what a user sees:
-phase, conditions, Events, attempts, the resumed step. A deleted head pod (a lost node) is not here: on
-2026-11-26 KubeRay deleted the terminated head and created no new one within 600 s, and the job stayed
-Running after its last step (docs/e2e.md, "Limits"); the scenario returns with a fix.
+claim holds them to one, a worker pod deleted (a drained node), the head pod deleted. The tests assert on
+what a user sees: phase, conditions, Events, attempts, the resumed step.
 """
 
 from __future__ import annotations
@@ -187,6 +185,36 @@ def test_a_deleted_worker_pod_is_replaced_and_training_resumes_from_the_checkpoi
     final = facts["final"]
     assert phase(final) == "Succeeded", status(final)
     s = status(final)
+    assert s["progress"]["step"] == LONG_STEPS
+    resumed = resumes(run)
+    assert resumed and resumed[-1]["step"] >= facts["before"], (facts["before"], resumed)
+
+
+def act_delete_the_head_pod(run: Scenario) -> dict[str, Any]:
+    run.apply(MANIFESTS / "mlp-long.yaml")
+    run.wait_for(lambda obj: phase(obj) == "Running", timeout_s=START_TIMEOUT_S, what="phase Running")
+    before = run.wait_for_checkpoint_on_volume(attempt=1)
+    run.delete_pod(attempt=1, node_type="head")
+    final = run.wait_until_finished(timeout_s=RUN_TIMEOUT_S)
+    return {"before": before, "final": final}
+
+
+@acts(act_delete_the_head_pod)
+def test_a_lost_head_pod_fails_the_attempt_as_preempted_and_the_next_one_resumes_from_the_checkpoint(
+    e2e_script: ScriptRun,
+) -> None:
+    """KubeRay v1.5 does not make a new head for a RayJob's provisioned cluster and, in HTTPMode, never fails
+    the RayJob either (it retries the dead dashboard): the RayCluster says HeadPodReady=False
+    (HeadPodNotFound), and the operator ends the attempt on that, classified from the pod's deletion with a
+    grace period (Preempted, no backoff). Attempt 2 gets a new Ray cluster and resumes from the checkpoint."""
+    run, facts = e2e_script.outcome()
+    final = facts["final"]
+    assert phase(final) == "Succeeded", status(final)
+    s = status(final)
+    assert s["attempt"] == 2 and s["restarts"] == 1, s
+    assert [f["reason"] for f in s["failures"]] == ["Preempted"], s["failures"]
+    assert "head pod is gone" in s["failures"][0]["message"], s["failures"]
+    assert s["restartsByReason"] == {"Preempted": 1}, s
     assert s["progress"]["step"] == LONG_STEPS
     resumed = resumes(run)
     assert resumed and resumed[-1]["step"] >= facts["before"], (facts["before"], resumed)

@@ -34,6 +34,10 @@ STUCK_WAITING_REASONS = frozenset(
 )
 
 
+# The problem a provisioned RayCluster without its head pod has (``cluster_problems``).
+HEAD_POD_LOST = "HeadPodLost"
+
+
 class AttemptState(enum.Enum):
     ABSENT = "Absent"  # no RayJob of this attempt exists (yet)
     NEW = "New"  # created, KubeRay has not picked it up (empty status)
@@ -139,14 +143,33 @@ def _state(job_status: str, deployment: str) -> AttemptState:
 def cluster_problems(cluster_status: Mapping[str, Any]) -> tuple[Problem, ...]:
     """Problems in a RayCluster's status (also embedded in a RayJob's status.rayClusterStatus).
 
-    KubeRay sets condition ``ReplicaFailure`` when it cannot create a pod (quota, admission).
+    KubeRay sets condition ``ReplicaFailure`` when it cannot create a pod (quota, admission), and
+    ``HeadPodReady=False`` with reason ``HeadPodNotFound`` when the head pod is gone. Once the cluster was
+    ``RayClusterProvisioned``, KubeRay v1.5 does not create a new head for a RayJob's cluster ("to let
+    RayJob controller handle the failure"), and in HTTPMode the RayJob controller never does: it retries
+    the dead dashboard and the RayJob stays RUNNING for ever. That is :data:`HEAD_POD_LOST`, which the
+    state machine turns into a failed attempt.
     """
     problems = []
-    for condition in cluster_status.get("conditions") or ():
+    conditions = {str(c.get("type")): c for c in cluster_status.get("conditions") or ()}
+    for condition in conditions.values():
         if condition.get("type") == "ReplicaFailure" and condition.get("status") == "True":
             text = str(condition.get("message") or condition.get("reason") or "")
             reason = "QuotaExceeded" if "exceeded quota" in text else "ReplicaFailure"
             problems.append(Problem(reason, _cut(f"KubeRay cannot create a Ray pod: {text}")))
+    head = conditions.get("HeadPodReady") or {}
+    provisioned = conditions.get("RayClusterProvisioned") or {}
+    if (
+        head.get("status") == "False"
+        and head.get("reason") == "HeadPodNotFound"
+        and provisioned.get("status") == "True"
+    ):
+        problems.append(
+            Problem(
+                HEAD_POD_LOST,
+                "the Ray head pod is gone and KubeRay does not create a new head for a RayJob's cluster",
+            )
+        )
     return tuple(problems)
 
 

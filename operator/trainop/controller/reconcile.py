@@ -3,7 +3,8 @@
 1. Read the owner fresh from the API (its status is the record of intent this reconcile extends), and its
    children from the watch-fed ``cache`` (no request): its RayJobs, its checkpoint claim (none with
    ``checkpoint.storage.s3``: then the trainer driver's ``status.storage`` says whether the bucket can be
-   written) and, while an attempt is starting, that attempt's Ray pods and RayCluster.
+   written) and, while an attempt is starting, that attempt's Ray pods and RayCluster (while it runs, the
+   RayCluster only for a lost head pod).
 2. Decide: ``acceptance.evaluate`` (which spec to run) and ``state_machine.next_status``.
 3. Write, in three sequential steps, each a set of concurrent requests:
    a. the owner's own writes -- the accepted spec into its ``trainop.dev/applied-spec`` annotation when
@@ -246,10 +247,9 @@ class Reconciler:
 
         ray_jobs = self._cache.ray_jobs(key.namespace, kind, key.name)
         observations = {r.seen.name: r.observation for r in ray_jobs if owner_uid in r.seen.owner_uids}
-        if starting:
-            observations = {
-                name: self._with_cluster_problems(key.namespace, ray) for name, ray in observations.items()
-            }
+        observations = {
+            name: self._with_cluster_problems(key.namespace, ray) for name, ray in observations.items()
+        }
         claim = self._cache.claim(key.namespace, claim_name) if claim_name else None
         leftovers = [f"{child_kind} {name}" for child_kind, name in self.own_writes.being_deleted(key)]
         observed = state_machine.Observed(
@@ -286,11 +286,17 @@ class Reconciler:
     def _with_cluster_problems(
         self, namespace: str, ray: observe.RayJobObservation
     ) -> observe.RayJobObservation:
-        """While starting, KubeRay reports pod creation failures (quota) only on the RayCluster."""
-        if ray.state == observe.AttemptState.STARTING and ray.cluster_name and not ray.problems:
-            problems = self._cache.ray_cluster_problems(namespace, ray.cluster_name)
-            if problems:
-                return dataclasses.replace(ray, problems=problems)
+        """What only the RayCluster says: while starting, pod creation failures (quota); while running, a
+        lost head pod (``observe.cluster_problems``), which KubeRay never writes onto the RayJob."""
+        following = (observe.AttemptState.STARTING, observe.AttemptState.RUNNING)
+        if ray.state not in following or not ray.cluster_name:
+            return ray
+        cluster = self._cache.ray_cluster_problems(namespace, ray.cluster_name) or ()
+        if ray.state == observe.AttemptState.STARTING:
+            return dataclasses.replace(ray, problems=cluster) if cluster and not ray.problems else ray
+        lost = tuple(p for p in cluster if p.reason == observe.HEAD_POD_LOST)
+        if lost and all(p.reason != observe.HEAD_POD_LOST for p in ray.problems):
+            return dataclasses.replace(ray, problems=(*ray.problems, *lost))
         return ray
 
     async def _write_wave(

@@ -303,6 +303,10 @@ class _Evaluation:
                     f"Attempt {attempt} runs in RayJob {name} with "
                     f"{kinds.worker_replicas(resource)} worker pods.",
                 )
+                assert ray is not None
+                head_lost = next((p for p in ray.problems if p.reason == observe.HEAD_POD_LOST), None)
+                if head_lost is not None:
+                    return self._after_failure_of(attempt, self._head_lost(ray, head_lost), life)
                 stall = self._stall(resource, was_running=was_running)
                 if stall is not None:
                     self.stall = stall
@@ -403,6 +407,22 @@ class _Evaluation:
         )
         self.requeues.append((due - self.now).total_seconds())
         return self._decide(apply_children=True)
+
+    def _head_lost(self, ray: observe.RayJobObservation, problem: observe.Problem) -> failures.Classification:
+        """A running attempt whose Ray cluster lost its head pod: KubeRay v1.5 neither makes a new head nor
+        fails the RayJob (HTTPMode), so the attempt is over. Its class comes from what the pods showed (a
+        deletion with a grace period is Preempted, a lost node NodeLost); without such a fact (an operator
+        restarted since) it is NodeLost: a head pod goes only with its node or by someone's hand."""
+        found = failures.classify(
+            attempt=self.status.attempt,
+            ray=dataclasses.replace(ray, state=observe.AttemptState.FAILED, ended=None),
+            worker_failures=None,
+            facts=self.observed.pod_facts,
+        )
+        text = f"RayJob {ray.name}: {problem.message}"
+        if found.source == "pods":
+            return failures.Classification(found.reason, f"{text}; {found.message}", "pods")
+        return failures.Classification(FailureReason.NODE_LOST, text, "rayjob")
 
     def _stall(self, resource: manifest.Resource, *, was_running: bool) -> str | None:
         """The watchdog's finding when the running attempt reported no progress for too long, else None

@@ -384,3 +384,45 @@ def test_a_silent_running_attempt_is_stalled_its_rayjob_deleted_and_the_restart_
     transition = decide(body, now=due)
     assert (transition.status.attempt, transition.status.restarts_by_reason) == (2, {"Stalled": 1})
     assert condition(transition, conditions.PROGRESSING)[:2] == ("Unknown", "NotRunning")
+
+
+HEAD_GONE = {
+    "conditions": [
+        {"type": "RayClusterProvisioned", "status": "True", "reason": "AllPodRunningAndReadyFirstTime"},
+        {"type": "HeadPodReady", "status": "False", "reason": "HeadPodNotFound", "message": "not found"},
+    ]
+}
+
+
+def test_a_provisioned_cluster_without_its_head_pod_is_a_lost_head_and_a_starting_one_is_not() -> None:
+    assert [p.reason for p in observe.cluster_problems(HEAD_GONE)] == [observe.HEAD_POD_LOST]
+    starting = {"conditions": [HEAD_GONE["conditions"][1]]}  # not provisioned yet: the head is coming
+    assert observe.cluster_problems(starting) == ()
+
+
+@pytest.mark.parametrize(
+    ("facts", "reason", "says"),
+    [
+        (
+            failures.pod_facts(
+                pod("mlp-head", metadata={"deletionTimestamp": RFC(NOW), "deletionGracePeriodSeconds": 30})
+            ),
+            FailureReason.PREEMPTED,
+            "pod mlp-head was deleted with a grace period of 30 s",
+        ),
+        ((), FailureReason.NODE_LOST, "the Ray head pod is gone"),
+    ],
+)
+def test_a_running_attempt_whose_head_pod_is_gone_is_failed_and_restarted_by_its_class(
+    facts: tuple[failures.PodFact, ...], reason: FailureReason, says: str
+) -> None:
+    """KubeRay v1.5 neither recreates the head of a RayJob's provisioned cluster nor fails the RayJob in
+    HTTPMode: without this the job would stay Running for ever."""
+    body = running_job()
+    lost = ray_job("mlp-a1", "RUNNING", "Running", cluster_status=HEAD_GONE)
+    transition = decide(body, lost, now=NOW + seconds(30), pod_facts=facts)
+    assert transition.status.phase == Phase.RESTARTING
+    assert transition.failed == reason
+    assert transition.ray_job is None  # the headless RayJob is deleted
+    assert says in transition.status.failures[-1].message
+    assert transition.status.failures[-1].reason == reason.value
