@@ -128,11 +128,13 @@ class ClusterFaults:
             self.cluster.kubectl_json("get", "pod", pod, "-n", namespace)["spec"].get("nodeName") or ""
         )
 
-    def delete_pod(self, namespace: str, ray_job: str, node_type: str) -> str:
-        """``kubectl delete pod`` of the (last) running pod of ``node_type`` ("head" or "worker")."""
+    def delete_pod(self, namespace: str, ray_job: str, node_type: str, grace_s: int | None = None) -> str:
+        """``kubectl delete pod`` of the (last) running pod of ``node_type`` ("head" or "worker"), with the
+        pod's own grace period or ``grace_s``."""
         pod = self.pods(namespace, ray_job, node_type)[-1]
-        self.cluster.kubectl("delete", "pod", pod, "-n", namespace, "--wait=false")
-        return f"deleted pod {pod}"
+        grace = [] if grace_s is None else [f"--grace-period={grace_s}"]
+        self.cluster.kubectl("delete", "pod", pod, "-n", namespace, "--wait=false", *grace)
+        return f"deleted pod {pod}" + ("" if grace_s is None else f" (grace period {grace_s} s)")
 
     def pods(self, namespace: str, ray_job: str, node_type: str) -> list[str]:
         """The running pods of ``node_type`` of the RayJob's RayCluster, by name."""

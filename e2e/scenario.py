@@ -218,10 +218,12 @@ class Scenario:
         # The trainer's run is named after the job.
         return f"{trainer_config.CHECKPOINT_MOUNT_PATH}/{self.name}/checkpoints"
 
-    def delete_pod(self, attempt: int, node_type: str) -> str:
+    def delete_pod(self, attempt: int, node_type: str, grace_s: int | None = None) -> str:
         """``kubectl delete pod`` of a running ``node_type`` pod ("head"/"worker") of ``attempt``."""
         self.timeline.note(f"inject: kubectl delete pod, a {node_type} of {self.ray_job(attempt)}")
-        return self._noted(self.env.faults.delete_pod(self.namespace, self.ray_job(attempt), node_type))
+        return self._noted(
+            self.env.faults.delete_pod(self.namespace, self.ray_job(attempt), node_type, grace_s=grace_s)
+        )
 
     def _noted(self, answer: str) -> str:
         self.timeline.note(f"  {answer}")

@@ -148,7 +148,8 @@ def pod_facts(pod: Mapping[str, Any]) -> tuple[PodFact, ...]:
                             when,
                         )
                     )
-                elif exit_code == _SIGKILL_EXIT and cname in limits:
+                elif exit_code == _SIGKILL_EXIT and cname in limits and not meta.get("deletionTimestamp"):
+                    # Not for a pod being deleted: its containers get SIGKILL when the grace period ends.
                     facts.append(
                         PodFact(
                             FailureReason.OOM_KILLED,

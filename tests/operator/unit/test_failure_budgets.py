@@ -426,3 +426,17 @@ def test_a_running_attempt_whose_head_pod_is_gone_is_failed_and_restarted_by_its
     assert transition.ray_job is None  # the headless RayJob is deleted
     assert says in transition.status.failures[-1].message
     assert transition.status.failures[-1].reason == reason.value
+
+
+def test_a_sigkill_at_the_end_of_a_deletions_grace_period_is_a_preemption_not_an_oom() -> None:
+    """Exit 137 under a memory limit reads as an OOM kill only in a pod nobody is deleting: the kubelet (and
+    the node agent) SIGKILL what is left of a deleted pod when its grace period ends."""
+    killed = {"terminated": {"reason": "Error", "exitCode": 137}}
+    deleted = pod(
+        "mlp-head",
+        metadata={"deletionTimestamp": RFC(NOW), "deletionGracePeriodSeconds": 1},
+        containerStatuses=[{"name": "ray-worker", "state": killed}],
+    )
+    assert [f.reason for f in failures.pod_facts(deleted)] == [FailureReason.PREEMPTED]
+    alive = pod("mlp-w-0", containerStatuses=[{"name": "ray-worker", "state": killed}])
+    assert [f.reason for f in failures.pod_facts(alive)] == [FailureReason.OOM_KILLED]
