@@ -133,6 +133,10 @@ class LaunchSettings:
     inject_failure_at_step: int | None = None
     # When the driver started (Unix time): the start of this launch's allocated time (cost.py).
     started_at: float | None = None
+    # The driver's heartbeat store (``host:port``, watchdog.py) and which run of the worker group inside the
+    # attempt this is (0, then 1 after the first in-attempt restart, ...).
+    heartbeat_store: str | None = None
+    attempt_try: int = 0
 
     @property
     def config(self) -> trainer_config.TrainerConfig:

@@ -664,6 +664,31 @@ class Checkpoint(base.ApiModel):
         return self
 
 
+class FailureBudgets(base.ApiModel):
+    """How many failures of each class (status.failures[].reason, status.workerFailures) the job survives:
+    a failure of class X is retried iff status.restartsByReason[X] + status.workerFailures.counts[X] is below
+    budgets[X]."""
+
+    preempted: Annotated[int, pydantic.Field(ge=0)] = 100
+    """SIGTERM, eviction or node drain (the worker checkpointed first). Default 100."""
+    node_lost: Annotated[int, pydantic.Field(ge=0)] = 100
+    """A node went away or NotReady. Default 100."""
+    oom_killed: Annotated[int, pydantic.Field(ge=0)] = 1
+    """Killed by the out-of-memory killer (or torch's out of memory): lower batchSizePerWorker. Default 1."""
+    stalled: Annotated[int, pydantic.Field(ge=0)] = 3
+    """No progress for stallTimeoutSeconds. Default 3."""
+    nccl_error: Annotated[int, pydantic.Field(ge=0)] = 3
+    """A torch.distributed / NCCL / gloo error or collective timeout. Default 3."""
+    user_code_error: Annotated[int, pydantic.Field(ge=0)] = 1
+    """The training function raised. Default 1."""
+    infra_error: Annotated[int, pydantic.Field(ge=0)] = 3
+    """Image pull, scheduling, KubeRay or Ray start-up. Default 3."""
+    invalid_spec: Annotated[int, pydantic.Field(ge=0)] = 0
+    """KubeRay rejected what trainop made of the spec. Default 0."""
+    unknown: Annotated[int, pydantic.Field(ge=0)] = 3
+    """Anything else. Default 3."""
+
+
 class FailurePolicy(base.ApiModel):
     max_restarts: Annotated[int, pydantic.Field(ge=0, le=100)] = pydantic.Field(
         default=3,
@@ -682,6 +707,18 @@ class FailurePolicy(base.ApiModel):
         description="Worker-group restarts inside one attempt (Ray Train's FailureConfig.max_failures): a "
         "failed worker restarts every worker of the attempt from the newest checkpoint, within seconds, "
         "before the attempt fails. Default 2.",
+    )
+    stall_timeout_seconds: Annotated[int, pydantic.Field(ge=0, le=86400)] = pydantic.Field(
+        default=900,
+        description="Seconds a rank may go without progress (a step, or entering or leaving a collective, "
+        "checkpoint write or compile) before the trainer's watchdog dumps every thread's stack and fails "
+        "the worker group as Stalled; 0 turns the trainer's watchdog off. The process-group (NCCL) timeout "
+        "is set 60 s above it. Default 900: well above a checkpoint write or a compile.",
+    )
+    budgets: FailureBudgets = pydantic.Field(
+        default_factory=FailureBudgets,
+        description="Failures of each class the job survives (in-attempt restarts and new attempts "
+        "together).",
     )
 
 
@@ -1087,6 +1124,37 @@ class NetworkStatus(base.ApiModel):
     """When the probe ran (RFC 3339, UTC)."""
 
 
+class WorkerFailure(base.ApiModel):
+    """One classified failure of a worker group, written by the trainer's driver."""
+
+    attempt: int
+    """The attempt (RayJob) it happened in."""
+    reason: str
+    """Its class: Preempted, NodeLost, OOMKilled, Stalled, NCCLError, UserCodeError, InfraError,
+    InvalidSpec or Unknown."""
+    message: str
+    """One sentence: what failed and where (exception type, message and frame; the stuck rank, where it
+    was and the stacks file)."""
+    rank: int | None = None
+    """The rank that failed (the stuck rank of a stall), when known."""
+    step: int | None = None
+    """The step that rank was at, when known."""
+    time: str
+    """When it was classified (RFC 3339, UTC)."""
+    restarted: bool
+    """true: the trainer restarted the worker group inside the attempt (pods kept); false: this failure
+    ended the attempt."""
+
+
+class WorkerFailures(base.ApiModel):
+    """Classified worker-group failures, written by the trainer's driver."""
+
+    counts: dict[str, int] = pydantic.Field(default_factory=dict)
+    """In-attempt restarts per class, over all the job's attempts."""
+    last: list[WorkerFailure] = pydantic.Field(default_factory=list)
+    """The newest failures first, at most 10."""
+
+
 class TrainingJobOperatorStatus(operator_status.OperatorStatus):
     """The operator's part of a TrainingJob's status: every kind's, and the sizes its columns show."""
 
@@ -1119,6 +1187,8 @@ class TrainingJobStatus(TrainingJobOperatorStatus):
     """GPU-hours, estimated cost and idle GPU time, updated by the trainer's rank 0 at every report."""
     tracking: experiment.TrackingStatus | None = None
     """The MLflow run and TensorBoard directory of this job."""
+    worker_failures: WorkerFailures | None = None
+    """Classified worker-group failures (docs/trainer.md, "Failures"), written by the trainer's driver."""
 
 
 class TrainingJob(base.ApiModel):
