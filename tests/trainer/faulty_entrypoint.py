@@ -1,10 +1,13 @@
 """A user entrypoint for the failure tests: trains y = 3x - 1 with DDP and raises at ``failAtStep``.
 
-``ctx.config``: ``failAtStep`` (raise ``ValueError`` there, on rank ``failRank``, in every worker group). Data
+``ctx.config``: ``failAtStep`` (raise ``ValueError`` there, on rank ``failRank``, in every worker group),
+``stepSeconds`` (sleep that long in every step: a slow step, for tests that act in the middle). Data
 of step s is drawn from (seed, rank, s), so resumed runs see the same batches.
 """
 
 from __future__ import annotations
+
+import time
 
 import torch
 
@@ -19,6 +22,7 @@ def check_shape(x: torch.Tensor, step: int, fail_at: int) -> None:
 def train(ctx: Context) -> None:
     fail_at = int(ctx.config.get("failAtStep", -1))
     fail_rank = int(ctx.config.get("failRank", 1))
+    step_seconds = float(ctx.config.get("stepSeconds", 0.0))
     total_steps = ctx.total_steps or 40
     torch.manual_seed(ctx.hyperparameters.seed)
     model = ctx.prepare_model(torch.nn.Linear(1, 1))
@@ -39,6 +43,7 @@ def train(ctx: Context) -> None:
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+        time.sleep(step_seconds)
         ctx.step_done(step, loss=loss.detach(), samples=16)
         if ctx.checkpoint_due:
             ctx.save_checkpoint(
