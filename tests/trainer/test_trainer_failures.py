@@ -101,6 +101,12 @@ def test_out_of_memory_and_preemption_have_their_own_classes() -> None:
         ),
         ("RuntimeError: [gloo/transport/tcp/pair.cc:534] Connection closed by peer", "NCCLError"),
         ("The worker group failed: a worker process died (exit code 1)", "Unknown"),
+        (
+            "Training failed due to worker errors:\n ActorDiedError: Worker exit type: SYSTEM_ERROR "
+            "Worker exit detail: Worker unexpectedly exits with a connection error code 2. End of file. Some "
+            "common causes include: (1) the process was killed by the OOM killer due to high memory usage",
+            "Unknown",
+        ),
         ("", "Unknown"),
     ],
 )

@@ -77,11 +77,14 @@ _DIST_TEXT = re.compile(
     r"c10d|torch\.distributed",
     re.IGNORECASE,
 )
+# Ray's own memory monitor (ray.exceptions.OutOfMemoryError) and an exit status of 137 (SIGKILL, the OOM
+# killer's). Not Ray's generic hint on every dead worker ("Some common causes include: (1) the process was
+# killed by the OOM killer ..."): a kernel OOM kill of one worker process reads like any other death there.
 _OOM_TEXT = re.compile(
-    r"OutOfMemoryError|out of memory|OOM[- ]?kill|killed by the memory monitor|exit(ed)? (with )?code 137|"
-    r"exit code:? 137|SIGKILL.*memory",
+    r"OutOfMemoryError|running low on memory|killed by the memory monitor|exit(ed)? (with )?code:? 137",
     re.IGNORECASE,
 )
+_RAY_EXIT = re.compile(r"Worker exit type: \w+ Worker exit detail: [^.]*\.")
 # Frames that are not the user's: the trainer's own plumbing, torch, Ray, the standard library.
 _NOT_USER = (
     os.sep + "torch" + os.sep,
@@ -169,7 +172,8 @@ def classify_exception(exc: BaseException, *, rank: int | None = None, step: int
 
 def classify_text(text: str) -> Failure:
     """The class of Ray's error when no worker said what happened (a worker process died)."""
-    line = _first_line(text)
+    exit_detail = _RAY_EXIT.search(text)
+    line = exit_detail.group(0) if exit_detail else _first_line(text)
     if _OOM_TEXT.search(text):
         return Failure(OOM_KILLED, f"a worker was killed for memory: {line}; lower batchSizePerWorker")
     if _DIST_TEXT.search(text):
