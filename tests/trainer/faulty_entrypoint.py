@@ -1,12 +1,14 @@
 """A user entrypoint for the failure tests: trains y = 3x - 1 with DDP and raises at ``failAtStep``.
 
 ``ctx.config``: ``failAtStep`` (raise ``ValueError`` there, on rank ``failRank``, in every worker group),
+``failOnceMarker`` (a path: raise only while it does not exist, writing the time into it first),
 ``stepSeconds`` (sleep that long in every step: a slow step, for tests that act in the middle). Data
 of step s is drawn from (seed, rank, s), so resumed runs see the same batches.
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 import torch
@@ -14,8 +16,13 @@ import torch
 from trainop_trainer.user import Context
 
 
-def check_shape(x: torch.Tensor, step: int, fail_at: int) -> None:
+def check_shape(x: torch.Tensor, step: int, fail_at: int, once: str | None = None) -> None:
     if step == fail_at:
+        if once is not None:
+            if os.path.exists(once):
+                return
+            with open(once, "w") as f:
+                f.write(repr(time.time()))
         raise ValueError(f"bad shape {tuple(x.shape)} at step {step}")
 
 
@@ -38,7 +45,7 @@ def train(ctx: Context) -> None:
         generator.manual_seed((ctx.hyperparameters.seed * 1_000_003 + ctx.rank) * 1_000_003 + step)
         x = torch.randn(16, 1, generator=generator)
         if ctx.rank == fail_rank:
-            check_shape(x, step, fail_at)
+            check_shape(x, step, fail_at, ctx.config.get("failOnceMarker"))
         loss = torch.nn.functional.mse_loss(model(x), 3.0 * x - 1.0)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -161,7 +161,7 @@ def injected_failure_note(step: int) -> str:
     entrypoints alike (both run ``Runtime.maybe_inject_failure``)."""
     return (
         f"a worker will be killed once: at step {step} if a checkpoint exists by then, else right after the "
-        f"first checkpoint after step {step}; Ray Train restarts the worker group, which resumes from the "
+        f"first checkpoint after step {step}; the trainer restarts the worker group, which resumes from the "
         "newest checkpoint"
     )
 
