@@ -2,19 +2,19 @@
 
 Driver (``run``): ``ScalingConfig`` from ``config.scaling_for`` (one worker per GPU),
 ``RunConfig(name=runName, storage_path=storagePath, failure_config=FailureConfig(max_failures=0))``,
-``TorchConfig(timeout_s=stallTimeoutSeconds + 60)``; with checkpoints in a bucket, ``storage_path`` is ``bucket/prefix``
-on a pyarrow ``S3FileSystem`` (``storage_filesystem``), so Ray Train's own files go where the checkpoints go
-and no Ray node needs a shared volume (``__main__`` first runs ``check_storage``: a test object written
-where the checkpoints go, the verdict reported as ``status.storage``). Failures inside an attempt are the
-driver's to decide (issue #17): each rank reports what it raised, classified (``failures``), and the
-watchdog its Stalled verdict, through a TCPStore the driver serves (``watchdog``); after ``fit()`` fails the
-driver picks the cause (``classify_run_failure``), records it on ``status.workerFailures`` (``FailureBook``)
-and, for UserCodeError, Stalled, NCCLError, OOMKilled and Unknown, while the class's budget
+``TorchConfig(timeout_s=stallTimeoutSeconds + 60)``; with checkpoints in a bucket, ``storage_path`` is
+``bucket/prefix`` on a pyarrow ``S3FileSystem`` (``storage_filesystem``), so Ray Train's own files go where
+the checkpoints go and no Ray node needs a shared volume (``__main__`` first runs ``check_storage``: a test
+object written where the checkpoints go, the verdict reported as ``status.storage``). Failures inside an
+attempt are the driver's to decide (issue #17): each rank reports what it raised, classified (``failures``),
+and the watchdog its Stalled verdict, through a TCPStore the driver serves (``watchdog``); after ``fit()``
+fails the driver picks the cause (``classify_run_failure``), records it on ``status.workerFailures``
+(``FailureBook``) and, for UserCodeError, Stalled, NCCLError, OOMKilled and Unknown, while the class's budget
 (``spec.failurePolicy.budgets``, used = the operator's restartsByReason + the trainer's counts) and
 ``maxWorkerFailures`` allow, runs ``fit()`` again on the same Ray cluster: the new worker group resumes from
-the newest valid checkpoint in ``<storagePath>/<runName>/checkpoints``. Otherwise the attempt fails, its
-entry ``restarted: false`` for the operator. A new attempt is a new ``TorchTrainer`` with the same name and
-storage path; it finds the same checkpoints (``checkpoint.py`` says why Ray's own registry is not used).
+the newest valid checkpoint in ``<storagePath>/<runName>/checkpoints``. Otherwise the attempt fails, its entry
+``restarted: false`` for the operator. A new attempt is a new ``TorchTrainer`` with the same name and storage
+path; it finds the same checkpoints (``checkpoint.py`` says why Ray's own registry is not used).
 
 Worker (``train_loop_per_worker``): read the launch settings, start the ``Runtime``, run the built-in
 ``Trainer`` or the user's function, then end according to the outcome:
