@@ -133,7 +133,8 @@ class Runtime:
         return runtime
 
     def _start_watchdog(self) -> None:
-        """From the first moment (a start-up that hangs is a stall too), unless stallTimeoutSeconds is 0."""
+        """Right after spec.data is in place (a start-up that hangs is a stall too), unless
+        stallTimeoutSeconds is 0."""
         timeout = self.spec.failure_policy.stall_timeout_seconds
         if not timeout:
             return
@@ -149,9 +150,9 @@ class Runtime:
         ).start()
 
     def _start(self) -> None:
-        self._start_watchdog()
-        self.data_dir = data_source.prepare(self.spec)
+        self.data_dir = data_source.prepare(self.spec)  # a bucket's data may take long to copy: not a stall
         self.spec = data_source.with_data_dir(self.spec, self.data_dir)
+        self._start_watchdog()
         ctx, spec = self.ctx, self.spec
         plan = distributed.apply_network(spec.network, multi_node=ctx.multi_node)
         self.network_profile = plan.resolved
