@@ -115,16 +115,17 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--stall-timeout", type=int, default=10)
+    parser.add_argument("--kinds", default="user-exception,stall")
     args = parser.parse_args()
     ray_train.ensure_ray(num_cpus=8, quiet=True, log_to_driver=False)
     results: list[dict[str, Any]] = []
     for _ in range(args.repeats):
-        for kind in ("user-exception", "stall"):
+        for kind in args.kinds.split(","):
             with tempfile.TemporaryDirectory() as tmp:
                 row = one_run(kind, pathlib.Path(tmp), args.stall_timeout)
             print(json.dumps(row), flush=True)
             results.append(row)
-    for kind in ("user-exception", "stall"):
+    for kind in args.kinds.split(","):
         rows = [r for r in results if r["kind"] == kind]
         recovery = [r["recovery_s"] for r in rows]
         median = statistics.median(recovery)
