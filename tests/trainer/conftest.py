@@ -25,8 +25,8 @@ from trainop.api import trainer_config
 
 # Read by Ray Train's controller from the driver's environment when fit() starts.
 _RAY_TRAIN_ENV = {
-    **trainer_config.RAY_TRAIN_ENV,
     "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5",
+    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
 }
 
 

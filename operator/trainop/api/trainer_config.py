@@ -44,11 +44,7 @@ S3_DATA: S3Use = "DATA"
 # drains, which the trainer never does (a preempted worker pod gets SIGTERM through its preStop hook and
 # checkpoints); the tests run without it; and every start of it logs an error-level line ("PreemptionWatcher
 # ... has constructor arguments in the object store and max_restarts > 0").
-# TORCH_PROCESS_GROUP_SHUTDOWN_TIMEOUT_S: how long Ray Train's controller waits for every worker to destroy
-# its process group when it ends a worker group (Ray's default 30 s). A frozen worker (the watchdog's Stalled)
-# never answers, so an in-attempt restart after a stall waited up to 30 s more (docs/benchmarks.md);
-# a healthy worker destroys its group in well under a second, and the group is killed right after anyway.
-RAY_TRAIN_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0", "TORCH_PROCESS_GROUP_SHUTDOWN_TIMEOUT_S": "5"}
+RAY_TRAIN_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
 
 
 def s3_env(use: S3Use, key: str) -> str:
