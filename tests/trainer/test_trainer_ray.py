@@ -7,6 +7,8 @@ SIGTERM sent to the worker's PID); nothing is mocked.
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import os
 import pathlib
 import signal
@@ -97,7 +99,12 @@ def test_a_killed_worker_is_restarted_by_ray_train_and_training_ends_bitwise_equ
     starts = [e for e in events if e["event"] == "start"]
     assert len(starts) == 2 and len({e["launch"] for e in starts}) == 1  # one fit(), two worker groups
     assert [e["step"] for e in events if e["event"] == "resume"] == [20]
-    assert trainer_support.status(config)["progress"]["workerRestarts"] == 1
+    status = trainer_support.status(config)
+    assert status["progress"]["workerRestarts"] == 1
+    # A process that died without a word: Unknown, restarted inside the attempt within its budget.
+    [entry] = status["workerFailures"]["last"]
+    assert (entry["reason"], entry["restarted"]) == ("Unknown", True), entry
+    assert status["workerFailures"]["counts"] == {"Unknown": 1}
     assert bitwise_equal(trainer_support.final_model(config, 60), reference)
 
 
@@ -148,9 +155,10 @@ def long_config(
     )
 
 
-def test_sigterm_to_one_worker_checkpoints_at_or_after_the_signal_and_ray_train_resumes_from_that_checkpoint(
+def test_sigterm_to_one_worker_checkpoints_ends_the_attempt_as_preempted_and_the_next_attempt_resumes(
     ray_cluster: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A worker's SIGTERM means its pod is going away: never restarted inside the attempt (issue #17)."""
     pid_dir = tmp_path / "pids"
     monkeypatch.setenv("TRAINOP_PID_DIR", str(pid_dir))  # forwarded to the workers
     config = long_config(tmp_path, "sigterm-worker", max_steps=400)
@@ -164,13 +172,16 @@ def test_sigterm_to_one_worker_checkpoints_at_or_after_the_signal_and_ray_train_
 
     thread = threading.Thread(target=preempt_rank1)
     thread.start()
-    result = ray_train.run(config)
+    first = ray_train.run(config)
     thread.join()
 
-    assert (result.outcome, result.step) == ("completed", 400), result
+    assert first.outcome == "failed" and (first.error or "").startswith("Preempted"), first
+    [entry] = trainer_support.status(config)["workerFailures"]["last"]
+    assert (entry["reason"], entry["restarted"], entry["attempt"]) == ("Preempted", False, 1), entry
+    second = ray_train.run(config.model_copy(update={"attempt": 2}))
+    assert (second.outcome, second.step) == ("completed", 400), second
     resumes = [e["step"] for e in trainer_support.events(config) if e["event"] == "resume"]
     assert len(resumes) == 1 and signalled["step"] <= resumes[0] < 400, (resumes, signalled)
-    assert trainer_support.status(config)["progress"]["workerRestarts"] == 1
 
 
 def test_sigterm_to_the_driver_checkpoints_at_or_after_the_signal_and_exits_0(
@@ -283,3 +294,120 @@ def test_a_user_entrypoint_trains_with_the_context_helpers(
     progress = trainer_support.status(config)["progress"]
     assert (progress["step"], progress["totalSteps"], progress["percent"]) == (300, 300, 100.0)
     assert progress["loss"] < 0.01
+
+
+def _user_entrypoints_on_path(monkeypatch: pytest.MonkeyPatch) -> str:
+    """tests/trainer (faulty_entrypoint.py) on the driver's and the workers' path."""
+    tests_dir = str(pathlib.Path(__file__).parent)
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(p for p in (tests_dir, os.environ.get("PYTHONPATH")) if p)
+    )
+    monkeypatch.syspath_prepend(tests_dir)
+    return tests_dir
+
+
+def test_a_rank_frozen_with_sigstop_is_named_by_its_peers_watchdog_with_stacks_and_the_group_resumes(
+    ray_cluster: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 1 is stopped (SIGSTOP) in the middle of training: it cannot speak, so rank 0's watchdog, stuck in
+    a collective with it, must notice that rank 1's heartbeats stopped, dump its own stacks, and fail the
+    group as Stalled naming rank 1; the driver restarts the group (Stalled budget left), which resumes from
+    the newest checkpoint and completes."""
+    pid_dir = tmp_path / "pids"
+    monkeypatch.setenv("TRAINOP_PID_DIR", str(pid_dir))  # forwarded to the workers
+    _user_entrypoints_on_path(monkeypatch)
+    timeout_s = 8
+    config = trainer_support.mlp_config(
+        tmp_path,
+        "stall",
+        max_steps=60,
+        interval_steps=10,
+        every_steps=5,
+        workload={"entrypoint": "faulty_entrypoint:train", "config": {"stepSeconds": 0.1}},
+    )
+    config = trainer_support.with_spec(
+        config, failurePolicy={"maxWorkerFailures": 2, "stallTimeoutSeconds": timeout_s}
+    )
+    frozen: dict[str, float] = {}
+
+    def freeze_rank1() -> None:
+        frozen["step"] = _wait_for_step(config, 20, timeout_s=180)
+        pid = int((pid_dir / "stall-rank1.pid").read_text())
+        frozen["pid"] = pid
+        frozen["at"] = time.time()
+        os.kill(pid, signal.SIGSTOP)
+
+    thread = threading.Thread(target=freeze_rank1)
+    thread.start()
+    try:
+        result = ray_train.run(config)
+    finally:
+        thread.join()
+        if "pid" in frozen:  # Ray kills the stopped worker when it ends the group; never leave one behind
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(frozen["pid"]), signal.SIGKILL)
+
+    assert (result.outcome, result.step) == ("completed", 60), result
+    status = trainer_support.status(config)
+    [entry] = status["workerFailures"]["last"]
+    assert (entry["reason"], entry["rank"], entry["restarted"], entry["attempt"]) == ("Stalled", 1, True, 1)
+    assert entry["message"].startswith("rank 1 made no progress and went silent"), entry["message"]
+    stacks = trainer_support.run_dir(config) / "stalls" / "attempt-1-try-0-rank-0.txt"
+    assert entry["message"].endswith(f"stacks in {stacks}"), entry["message"]
+    # Where rank 1 was: its last heartbeat (posted every 0.25 s; steps take 0.1 s), in the user's loop.
+    assert f"at step {entry['step']}" in entry["message"] and entry["step"] >= frozen["step"] - 5, entry
+    assert "faulty_entrypoint.py" in entry["message"] and "rank 0 waited" in entry["message"], entry
+    text = stacks.read_text()
+    assert text.startswith("rank 0 heartbeat: ") and "train_loop_per_worker" in text, text[:2000]
+    # The watchdog spoke, not gloo's timeout (stallTimeoutSeconds + 60 s): detected at least the timeout after
+    # the freeze (no early verdict) and before the process-group timeout.
+    detected = datetime.datetime.strptime(entry["time"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+    waited = detected.timestamp() - frozen["at"]
+    assert timeout_s - 1 <= waited < timeout_s + ray_train.PG_TIMEOUT_MARGIN_S, waited
+    assert status["workerFailures"]["counts"] == {"Stalled": 1}
+    resumes = [e["step"] for e in trainer_support.events(config) if e["event"] == "resume"]
+    assert len(resumes) == 1 and resumes[0] >= 10 and resumes[0] % 10 == 0, resumes
+    assert status["progress"]["workerRestarts"] == 1
+
+
+def test_a_users_exception_is_classified_restarted_within_its_budget_then_ends_the_attempt(
+    ray_cluster: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The entrypoint raises ValueError at step 15 on rank 1 in every worker group: the first time within
+    the userCodeError budget (1), restarted from checkpoint 10; the second time the budget is used up and
+    the attempt fails, its entry restarted=false for the operator."""
+    tests_dir = _user_entrypoints_on_path(monkeypatch)
+    config = trainer_support.mlp_config(
+        tmp_path,
+        "user-error",
+        max_steps=40,
+        interval_steps=10,
+        every_steps=5,
+        workload={"entrypoint": "faulty_entrypoint:train", "config": {"failAtStep": 15, "failRank": 1}},
+    )
+    config = trainer_support.with_spec(
+        config, failurePolicy={"maxWorkerFailures": 2, "budgets": {"userCodeError": 1}}
+    )
+
+    result = ray_train.run(config)
+
+    assert result.outcome == "failed", result
+    assert "spec.failurePolicy.budgets.userCodeError (1)" in (result.error or ""), result.error
+    failures = trainer_support.status(config)["workerFailures"]
+    assert failures["counts"] == {"UserCodeError": 1}
+    last, first = failures["last"]
+    line = next(
+        n
+        for n, text in enumerate(
+            (pathlib.Path(tests_dir) / "faulty_entrypoint.py").read_text().splitlines(), 1
+        )
+        if "raise ValueError" in text
+    )
+    for entry in (first, last):
+        assert (entry["reason"], entry["rank"], entry["attempt"]) == ("UserCodeError", 1, 1), entry
+        assert entry["message"] == (
+            f"ValueError: bad shape (16, 1) at step 15 at faulty_entrypoint.py:{line} (check_shape)"
+        ), entry["message"]
+    assert (first["restarted"], last["restarted"]) == (True, False)
+    resumes = [e["step"] for e in trainer_support.events(config) if e["event"] == "resume"]
+    assert resumes == [10], resumes

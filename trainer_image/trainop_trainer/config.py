@@ -133,6 +133,10 @@ class LaunchSettings:
     inject_failure_at_step: int | None = None
     # When the driver started (Unix time): the start of this launch's allocated time (cost.py).
     started_at: float | None = None
+    # The driver's heartbeat store (``host:port``, watchdog.py) and which run of the worker group inside the
+    # attempt this is (0, then 1 after the first in-attempt restart, ...).
+    heartbeat_store: str | None = None
+    attempt_try: int = 0
 
     @property
     def config(self) -> trainer_config.TrainerConfig:
@@ -157,7 +161,7 @@ def injected_failure_note(step: int) -> str:
     entrypoints alike (both run ``Runtime.maybe_inject_failure``)."""
     return (
         f"a worker will be killed once: at step {step} if a checkpoint exists by then, else right after the "
-        f"first checkpoint after step {step}; Ray Train restarts the worker group, which resumes from the "
+        f"first checkpoint after step {step}; the trainer restarts the worker group, which resumes from the "
         "newest checkpoint"
     )
 

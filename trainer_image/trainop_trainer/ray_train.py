@@ -1,20 +1,27 @@
 """Orchestration on Ray Train V2: the driver that builds the ``TorchTrainer`` and the worker function.
 
 Driver (``run``): ``ScalingConfig`` from ``config.scaling_for`` (one worker per GPU),
-``RunConfig(name=runName, storage_path=storagePath, failure_config=FailureConfig(max_failures=...))`` with
-``spec.failurePolicy.maxWorkerFailures``; with checkpoints in a bucket, ``storage_path`` is ``bucket/prefix``
-on a pyarrow ``S3FileSystem`` (``storage_filesystem``), so Ray Train's own files go where the checkpoints go
-and no Ray node needs a shared volume (``__main__`` first runs ``check_storage``: a test object written
-where the checkpoints go, the verdict reported as ``status.storage``). Failures inside an attempt are Ray
-Train's: it restarts the worker group, and the workers resume from the newest valid checkpoint in
-``<storagePath>/<runName>/checkpoints``. A new attempt is a new ``TorchTrainer`` with the same name and
-storage path; it finds the same checkpoints (``checkpoint.py`` says why Ray's own registry is not used).
+``RunConfig(name=runName, storage_path=storagePath, failure_config=FailureConfig(max_failures=0))``,
+``TorchConfig(timeout_s=stallTimeoutSeconds + 60)``; with checkpoints in a bucket, ``storage_path`` is
+``bucket/prefix`` on a pyarrow ``S3FileSystem`` (``storage_filesystem``), so Ray Train's own files go where
+the checkpoints go and no Ray node needs a shared volume (``__main__`` first runs ``check_storage``: a test
+object written where the checkpoints go, the verdict reported as ``status.storage``). Failures inside an
+attempt are the driver's to decide (issue #17): each rank reports what it raised, classified (``failures``),
+and the watchdog its Stalled verdict, through a TCPStore the driver serves (``watchdog``); after ``fit()``
+fails the driver picks the cause (``classify_run_failure``), records it on ``status.workerFailures``
+(``FailureBook``) and, for UserCodeError, Stalled, NCCLError, OOMKilled and Unknown, while the class's budget
+(``spec.failurePolicy.budgets``, used = the operator's restartsByReason + the trainer's counts) and
+``maxWorkerFailures`` allow, runs ``fit()`` again on the same Ray cluster: the new worker group resumes from
+the newest valid checkpoint in ``<storagePath>/<runName>/checkpoints``. Otherwise the attempt fails, its entry
+``restarted: false`` for the operator. A new attempt is a new ``TorchTrainer`` with the same name and storage
+path; it finds the same checkpoints (``checkpoint.py`` says why Ray's own registry is not used).
 
 Worker (``train_loop_per_worker``): read the launch settings, start the ``Runtime``, run the built-in
 ``Trainer`` or the user's function, then end according to the outcome:
 - completed / stopped: return normally (``fit()`` returns);
 - preempted: the process that received SIGTERM exits 0 right after the checkpoint; the other ranks raise
-  ``WorkerPreempted`` so Ray Train restarts the group from that checkpoint.
+  ``WorkerPreempted``, classified Preempted: the attempt ends (its pod is going away), the next resumes;
+- any exception: classified (``failures.classify_exception``), reported to the driver, raised again.
 
 Environment for the workers (``RunConfig.worker_runtime_env``): the NCCL profile's variables when the profile
 is explicit (``auto`` is resolved on each node by the worker), ``PYTHONPATH``, ``TRAINOP_PID_DIR``,
@@ -36,7 +43,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from trainop.api import trainer_config
+from trainop.api import trainer_config, trainingjob
 from trainop_trainer import config as config_module
 from trainop_trainer import nccl, storage
 
@@ -59,7 +66,7 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     """Runs on every Ray Train worker."""
     import ray.train
 
-    from trainop_trainer import distributed, preempt
+    from trainop_trainer import distributed, failures, preempt, watchdog
     from trainop_trainer.logs import configure_logging
     from trainop_trainer.runtime import Runtime, WorkerPreempted
     from trainop_trainer.step_schedule import Outcome
@@ -69,24 +76,50 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     config = launch.config
     ctx = distributed.from_ray()
     configure_logging(rank=ctx.rank)
-    runtime = Runtime.start(config=config, ctx=ctx, launch=launch, report_fn=ray.train.report)
-    if ctx.is_rank0:
-        log.info("runtime up in %.1fs (network, metrics, checkpointer, probe)", time.perf_counter() - started)
+    store = watchdog.connect(launch.heartbeat_store)
+    runtime: Runtime | None = None
     try:
-        outcome = run_workload(runtime)
-    finally:
-        runtime.close()
-    if outcome == Outcome.PREEMPTED:
-        if preempt.requested():
-            log.warning("rank %d: received SIGTERM; checkpoint written, exiting 0", ctx.rank)
-            logging.shutdown()
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(0)
-        raise WorkerPreempted(
-            f"rank {ctx.rank}: another worker received SIGTERM; its checkpoint is written and Ray Train "
-            "restarts the worker group from it"
+        runtime = Runtime.start(
+            config=config, ctx=ctx, launch=launch, report_fn=ray.train.report, store=store
         )
+        if ctx.is_rank0:
+            log.info(
+                "runtime up in %.1fs (network, metrics, checkpointer, probe)", time.perf_counter() - started
+            )
+        try:
+            outcome = run_workload(runtime)
+        finally:
+            runtime.close()
+        if outcome == Outcome.PREEMPTED and not preempt.requested():
+            raise WorkerPreempted(
+                f"rank {ctx.rank}: another worker received SIGTERM and wrote a checkpoint; the attempt ends "
+                "so that the next one resumes from it"
+            )
+    except BaseException as exc:
+        # What this rank saw, classified, for the driver (which decides on a restart): through the store.
+        step = runtime.heartbeat.step if runtime is not None else None
+        failure = failures.classify_exception(exc, rank=ctx.rank, step=step)
+        log.error("rank %d failed (%s): %s", ctx.rank, failure.reason, failure.message)
+        report_failure(store, launch.attempt_try, ctx.rank, failure)
+        raise
+    if outcome == Outcome.PREEMPTED and preempt.requested():
+        log.warning("rank %d: received SIGTERM; checkpoint written, exiting 0", ctx.rank)
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
+def report_failure(store: Any, attempt_try: int, rank: int, failure: Any) -> None:
+    """A rank's classified failure into the driver's store (nothing without one)."""
+    from trainop_trainer import watchdog
+
+    if store is None:
+        return
+    try:
+        store.set(watchdog.store_key(attempt_try, "failure", rank), json.dumps(failure.to_dict()))
+    except Exception as exc:
+        log.warning("reporting the failure to the driver failed (%s)", exc)
 
 
 def run_workload(runtime: Any) -> Any:
@@ -150,9 +183,24 @@ def check_storage(config: trainer_config.TrainerConfig) -> storage.StorageError 
     return problem
 
 
+# The process-group (NCCL, gloo) timeout is this far above spec.failurePolicy.stallTimeoutSeconds, so the
+# trainer's watchdog, which names the stuck rank and dumps stacks, speaks before NCCL's own.
+PG_TIMEOUT_MARGIN_S = 60
+
+
+def process_group_timeout_s(policy: trainingjob.FailurePolicy) -> int | None:
+    """None: Ray Train's default (30 min), when the watchdog is off."""
+    if not policy.stall_timeout_seconds:
+        return None
+    return policy.stall_timeout_seconds + PG_TIMEOUT_MARGIN_S
+
+
 def worker_env(config: trainer_config.TrainerConfig) -> dict[str, str]:
     network = config.spec.network
     env = nccl.nccl_env(network.profile.value, network.nccl_env, None)
+    # A collective that times out aborts its communicator and raises, instead of hanging (PyTorch's default
+    # since 2.2; set so that no image's or user's setting turns it off unnoticed).
+    env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
     for key in _FORWARDED_ENV:
         if os.environ.get(key):
             env[key] = os.environ[key]
@@ -219,6 +267,9 @@ def torch_trainer(
     launch_id: str,
     inject_failure_at_step: int | None,
     callbacks: Sequence[Any] = (),
+    max_failures: int | None = None,
+    heartbeat_store: str | None = None,
+    attempt_try: int = 0,
 ) -> Any:
     """The TorchTrainer that runs ``config``: one worker per GPU (``config.scaling_for``), the launch
     settings as its loop config, the job's worker-failure budget and worker env. Shared by a job's run and
@@ -233,7 +284,17 @@ def torch_trainer(
         launch_id=launch_id,
         inject_failure_at_step=inject_failure_at_step,
         started_at=time.time(),
+        heartbeat_store=heartbeat_store,
+        attempt_try=attempt_try,
     )
+    torch_config: dict[str, Any] = {}
+    pg_timeout = process_group_timeout_s(spec.failure_policy)
+    if pg_timeout is not None:
+        from ray.train.torch import TorchConfig
+
+        torch_config["torch_config"] = TorchConfig(timeout_s=pg_timeout)
+    if max_failures is None:
+        max_failures = spec.failure_policy.max_worker_failures
     where: dict[str, Any] = {"storage_path": config.storage_path}
     root = config_module.paths_for(config).run_dir.parent
     if isinstance(root, storage.StoragePath):
@@ -249,10 +310,11 @@ def torch_trainer(
         run_config=RunConfig(
             name=config.run_name,
             **where,
-            failure_config=FailureConfig(max_failures=spec.failure_policy.max_worker_failures),
+            failure_config=FailureConfig(max_failures=max_failures),
             worker_runtime_env={"env_vars": worker_env(config)},
             callbacks=list(callbacks),
         ),  # type: ignore[call-arg]  # (mypy sees Ray Train V1's RunConfig; V2's has worker_runtime_env)
+        **torch_config,
     )
 
 
@@ -272,14 +334,161 @@ def run(config: trainer_config.TrainerConfig, *, inject_failure_at_step: int | N
 
         outcome, error = raytrain_function.run(config, worker_env=worker_env(config))
         return RunResult(outcome=outcome, step=None, error=error)
+    from trainop_trainer import failures, preempt
+
     launch_id = uuid.uuid4().hex
-    trainer = torch_trainer(config, launch_id=launch_id, inject_failure_at_step=inject_failure_at_step)
     log.info("starting %s", config_module.describe(config))
     paths = config_module.paths_for(config)
     paths.stop_file.unlink(missing_ok=True)  # a stop request belongs to the launch that received it
-    try:
-        trainer.fit()
-    except TrainingFailedError as exc:
-        return RunResult(outcome="failed", step=None, error=str(exc))
+    store, address = _heartbeat_store()
+    book = FailureBook(config, status_file=paths.status_file)
+    policy = spec.failure_policy
+    world_size = config_module.scaling_for(spec).num_workers
+    restarts = 0
+    while True:
+        # Ray Train restarts nothing itself (max_failures=0): this loop does, after classifying the failure,
+        # so that each class's budget is enforced (fast recovery: the same Ray cluster, a new worker group).
+        trainer = torch_trainer(
+            config,
+            launch_id=launch_id,
+            inject_failure_at_step=inject_failure_at_step,
+            max_failures=0,
+            heartbeat_store=address,
+            attempt_try=restarts,
+        )
+        try:
+            trainer.fit()
+            break
+        except TrainingFailedError as exc:
+            failure = classify_run_failure(store, restarts, world_size, str(exc))
+        used, allowed = book.used(failure.reason), failures.budget(policy, failure.reason)
+        why = ""
+        if failure.reason not in failures.FAST_RECOVERY:
+            why = f"{failure.reason} is not restarted inside an attempt"
+        elif preempt.requested():
+            why = "the driver is stopping"
+        elif restarts >= policy.max_worker_failures:
+            why = (
+                f"{restarts} in-attempt restarts used spec.failurePolicy.maxWorkerFailures "
+                f"({policy.max_worker_failures})"
+            )
+        elif used >= allowed:
+            why = f"{used} {failure.reason} failures used {failures.budget_field(failure.reason)} ({allowed})"
+        book.record(failure, restarted=not why)
+        if why:
+            log.error(
+                "worker group failed (%s): %s; the attempt ends: %s", failure.reason, failure.message, why
+            )
+            return RunResult(
+                outcome="failed", step=None, error=f"{failure.reason}: {failure.message} ({why})"
+            )
+        restarts += 1
+        log.warning(
+            "worker group failed (%s): %s; restarting it from the newest checkpoint (restart %d of this "
+            "attempt; %s used %d of %d)",
+            failure.reason,
+            failure.message,
+            restarts,
+            failure.reason,
+            used + 1,
+            allowed,
+        )
     outcome, step = _read_outcome(paths, launch_id)
     return RunResult(outcome=outcome, step=step)
+
+
+def _heartbeat_store() -> tuple[Any, str | None]:
+    """A TCPStore served by this driver for the workers' heartbeats and failure reports (watchdog.py): not
+    by a worker, so that a frozen worker freezes nobody else's store. Its address as the workers reach it."""
+    import datetime
+
+    import ray
+    import torch.distributed as dist
+
+    try:
+        store = dist.TCPStore(  # type: ignore[attr-defined]
+            "0.0.0.0",
+            0,
+            is_master=True,
+            wait_for_workers=False,
+            timeout=datetime.timedelta(seconds=30),
+        )
+    except Exception as exc:
+        log.warning("no heartbeat store (%s): each rank's watchdog watches only itself", exc)
+        return None, None
+    return store, f"{ray.util.get_node_ip_address()}:{store.port}"  # type: ignore[no-untyped-call]
+
+
+def classify_run_failure(store: Any, attempt_try: int, world_size: int, ray_error: str) -> Any:
+    """The cause of a failed worker group: the ranks' own reports (the watchdog's Stalled, a user's
+    exception, ...), a cause before its consequences (a broken collective on the other ranks); when the only
+    reports are broken collectives and a rank said nothing (its process died), Ray's error text about it."""
+    from trainop_trainer import failures, watchdog
+
+    reports: list[failures.Failure] = []
+    silent: list[int] = []
+    for rank in range(world_size):
+        key = watchdog.store_key(attempt_try, "failure", rank)
+        try:
+            if store is not None and store.check([key]):
+                reports.append(failures.Failure.from_dict(json.loads(store.get(key))))
+                continue
+        except Exception as exc:
+            log.warning("reading rank %d's failure report failed (%s)", rank, exc)
+        silent.append(rank)
+    causes = [r for r in reports if r.reason != failures.NCCL_ERROR]
+    if causes:
+        chosen = failures.choose(causes)
+        assert chosen is not None
+        return chosen
+    from_ray = failures.classify_text(ray_error)
+    if silent and (reports or from_ray.reason != failures.NCCL_ERROR):
+        dead = silent[0] if len(silent) == 1 else None
+        reason = failures.UNKNOWN if from_ray.reason == failures.NCCL_ERROR else from_ray.reason
+        who = f"rank {dead}'s worker process" if dead is not None else "a worker process"
+        return failures.Failure(reason, f"{who} died: {from_ray.message}", dead)
+    return failures.choose(reports) or from_ray
+
+
+class FailureBook:
+    """The driver's ``status.workerFailures``: cumulative counts per class over the job's attempts (read at
+    start from the CR, or status.json in local mode), the newest 10 entries first."""
+
+    def __init__(self, config: trainer_config.TrainerConfig, *, status_file: storage.RunDir) -> None:
+        from trainop_trainer import status
+
+        self.config = config
+        self.status_file = status_file
+        current = status.read_status(config, status_file=status_file)
+        recorded = trainingjob.WorkerFailures.model_validate(current.get("workerFailures") or {})
+        self.counts = dict(recorded.counts)
+        self.last = list(recorded.last)
+        self.by_reason = {str(k): int(v) for k, v in (current.get("restartsByReason") or {}).items()}
+
+    def used(self, reason: str) -> int:
+        """used(X): the operator's new attempts of class X plus the trainer's in-attempt restarts of it."""
+        return self.by_reason.get(reason, 0) + self.counts.get(reason, 0)
+
+    def record(self, failure: Any, *, restarted: bool) -> None:
+        from trainop_trainer import run_record
+        from trainop_trainer.status import StatusReporter
+
+        if restarted:
+            self.counts[failure.reason] = self.counts.get(failure.reason, 0) + 1
+        entry = trainingjob.WorkerFailure(
+            attempt=self.config.attempt,
+            reason=failure.reason,
+            message=failure.message,
+            rank=failure.rank,
+            step=failure.step,
+            time=run_record.utc_now(),
+            restarted=restarted,
+        )
+        self.last = [entry, *self.last][:10]
+        # A reporter per record: its file sink reads status.json now (rank 0 of the group that just failed
+        # wrote it since), so the record merges into the newest state.
+        reporter = StatusReporter.for_config(self.config, status_file=self.status_file)
+        reporter.record(
+            "workerFailures", trainingjob.WorkerFailures(counts=dict(self.counts), last=self.last)
+        )
+        reporter.close()

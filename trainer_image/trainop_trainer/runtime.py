@@ -35,6 +35,7 @@ import pathlib
 import random
 import time
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -54,6 +55,7 @@ from trainop_trainer import (
     stateful,
     step_schedule,
     tracking,
+    watchdog,
 )
 from trainop_trainer.checkpoint_store import Checkpoint
 from trainop_trainer.checkpointer import Checkpointer
@@ -82,6 +84,7 @@ class Runtime:
         ctx: distributed.WorkerContext,
         launch: config_module.LaunchSettings,
         report_fn: reporting.ReportFn | None,
+        store: Any = None,
     ) -> None:
         self.config = config
         self.spec = config.spec
@@ -106,6 +109,9 @@ class Runtime:
         self._best_step: int | None = None
         self._attempt_tracked = False
         self._completed = False  # the loop completed (tracking marks the run finished)
+        self.heartbeat = watchdog.Heartbeat()  # the training thread's progress (watchdog.py)
+        self.watchdog: watchdog.Watchdog | None = None
+        self._store = store
 
     @classmethod
     def start(
@@ -115,14 +121,38 @@ class Runtime:
         ctx: distributed.WorkerContext,
         launch: config_module.LaunchSettings,
         report_fn: reporting.ReportFn | None,
+        store: Any = None,
     ) -> Runtime:
-        runtime = cls(config=config, ctx=ctx, launch=launch, report_fn=report_fn)
-        runtime._start()
+        runtime = cls(config=config, ctx=ctx, launch=launch, report_fn=report_fn, store=store)
+        try:
+            runtime._start()
+        except BaseException:
+            if runtime.watchdog is not None:
+                runtime.watchdog.close()
+            raise
         return runtime
 
+    def _start_watchdog(self) -> None:
+        """Right after spec.data is in place (a start-up that hangs is a stall too), unless
+        stallTimeoutSeconds is 0."""
+        timeout = self.spec.failure_policy.stall_timeout_seconds
+        if not timeout:
+            return
+        self.watchdog = watchdog.Watchdog(
+            heartbeat=self.heartbeat,
+            rank=self.ctx.rank,
+            world_size=self.ctx.world_size,
+            timeout_s=float(timeout),
+            attempt=self.config.attempt,
+            attempt_try=self.launch.attempt_try,
+            stalls_dir=self.paths.run_dir / "stalls",
+            store=self._store,
+        ).start()
+
     def _start(self) -> None:
-        self.data_dir = data_source.prepare(self.spec)
+        self.data_dir = data_source.prepare(self.spec)  # a bucket's data may take long to copy: not a stall
         self.spec = data_source.with_data_dir(self.spec, self.data_dir)
+        self._start_watchdog()
         ctx, spec = self.ctx, self.spec
         plan = distributed.apply_network(spec.network, multi_node=ctx.multi_node)
         self.network_profile = plan.resolved
@@ -321,6 +351,8 @@ class Runtime:
 
     # --------------------------------------------------------------------------------------- shutdown
     def close(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.close()
         self.control.drain()
         self.schedule.close()
         try:

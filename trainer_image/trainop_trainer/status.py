@@ -49,6 +49,7 @@ TRAINER_FIELDS = (
     "cost",
     "tracking",
     "storage",
+    "workerFailures",
 )
 _MAX_BACKOFF_S = 60.0
 
@@ -143,6 +144,39 @@ def _kube_api() -> Any:
     else:
         config.load_kube_config()  # type: ignore[no-untyped-call]
     return client.CustomObjectsApi()
+
+
+def read_status(
+    config: trainer_config.TrainerConfig, *, status_file: storage.RunDir, api: Any = None
+) -> dict[str, Any]:
+    """The job's status as it is now (the driver reads the cumulative ``workerFailures`` and the operator's
+    ``restartsByReason`` at its start): the CR's status subresource when the config names one (the trainer's
+    Role may get it), else — or when that read fails — ``status.json``."""
+    target = config.status_target
+    if target is not None:
+        try:
+            api = api or _kube_api()
+            obj = api.get_namespaced_custom_object_status(
+                group=target.group,
+                version=target.version,
+                namespace=target.namespace,
+                plural=target.plural,
+                name=target.name,
+                _request_timeout=10,
+            )
+            return dict(obj.get("status") or {})
+        except Exception as exc:
+            log.warning(
+                "reading the status of %s/%s failed (%s); using %s",
+                target.namespace,
+                target.name,
+                str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                status_file,
+            )
+    try:
+        return dict(json.loads(status_file.read_text()))
+    except (OSError, ValueError):
+        return {}
 
 
 class KubernetesSink:

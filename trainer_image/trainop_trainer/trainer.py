@@ -310,13 +310,16 @@ class Trainer:
 
     def train_step(self, micro_batches: list[Batch]) -> None:
         """One optimizer step over ``gradient_accumulation_steps`` micro-batches."""
+        beat = self.runtime.heartbeat
         if self._stage_before_forward:
             self.checkpointer.wait_for_staging()
         last = len(micro_batches) - 1
+        beat.enter("forward_backward")  # DDP's gradient all-reduce runs inside the backward pass
         with section("forward_backward"):
             for index, (inputs, targets) in enumerate(micro_batches):
                 loss = self.forward_backward_step(inputs, targets, sync_grads=index == last)
                 self._window.add_loss(loss)
+        beat.enter("optimizer")
         with section("optimizer"):
             if self.hp.gradient_clip_norm is not None:
                 self.scaler.unscale_(self.optimizer)
@@ -369,6 +372,7 @@ class Trainer:
         self.sampler.set_start_index(self.batches_in_epoch * self.batch_size)
         batches = iter(self.batches)
         while True:
+            self.runtime.heartbeat.enter("data")
             with section("data"):
                 group = list(itertools.islice(batches, self.accum))
             if len(group) < self.accum:
@@ -399,6 +403,7 @@ class Trainer:
         self.runtime.profiler.after_step(self.step, decision)
 
     def train(self) -> Outcome:
+        self.runtime.heartbeat.enter("checkpoint")  # loading
         self.restore()
         runtime = self.runtime
         if self.ctx.is_rank0:
@@ -420,11 +425,14 @@ class Trainer:
             for group in self._epoch_batches():
                 self.train_step(group)
                 self.step += 1
+                runtime.heartbeat.beat(self.step)
                 self.batches_in_epoch += self.accum
                 with section("metrics"):
                     self.reports.step_finished(self.step, samples=samples_per_step)
+                runtime.heartbeat.enter("control")
                 with section("control"):
                     decision = runtime.schedule.poll(self.step)
+                runtime.heartbeat.enter("report/evaluate/checkpoint")
                 self._after_step(decision)
                 self.bench.after_step(self.step)
                 if decision.stop:

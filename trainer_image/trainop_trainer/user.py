@@ -212,6 +212,7 @@ class Context:
         """Call after every optimizer step on every rank. Updates metrics, reports at the configured interval,
         and sets ``checkpoint_due`` / ``should_stop`` for this step (the same on every rank)."""
         runtime = self._runtime
+        runtime.heartbeat.beat(step)
         if epoch is not None:
             self._epoch = epoch
         if loss is not None:
