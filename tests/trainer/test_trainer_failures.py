@@ -158,7 +158,7 @@ def test_the_stuck_rank_is_the_silent_one_else_the_one_behind_else_the_one_outsi
 
 
 def test_a_silent_rank_is_named_by_its_peers_watchdog_which_dumps_its_stacks(tmp_path: pathlib.Path) -> None:
-    server = dist.TCPStore(
+    server = dist.TCPStore(  # type: ignore[attr-defined]
         "0.0.0.0", 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=10)
     )
     verdicts: list[failures.Failure] = []
