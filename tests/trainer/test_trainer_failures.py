@@ -158,7 +158,7 @@ def test_the_stuck_rank_is_the_silent_one_else_the_one_behind_else_the_one_outsi
 
 
 def test_a_silent_rank_is_named_by_its_peers_watchdog_which_dumps_its_stacks(tmp_path: pathlib.Path) -> None:
-    server = dist.TCPStore(
+    server = dist.TCPStore(  # type: ignore[attr-defined]
         "0.0.0.0", 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=10)
     )
     verdicts: list[failures.Failure] = []
@@ -213,3 +213,41 @@ def test_a_silent_rank_is_named_by_its_peers_watchdog_which_dumps_its_stacks(tmp
     text = stacks.read_text()
     assert text.startswith("rank 0 heartbeat: ") and "rank_loop" in text and "File " in text
     assert json.loads(server.get(watchdog.store_key(1, "failure", 0)))["rank"] == 1
+
+
+SPEC = {"workload": {"model": "mlp"}, "hyperparameters": {"maxSteps": 100}}
+
+
+def test_used_counts_the_operators_new_attempts_and_the_trainers_restarts_and_the_book_adds_to_them(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Local mode: the driver reads status.json (the CR's copy in a cluster: test_trainer_status_kube)."""
+    from trainop.api import trainer_config
+    from trainop_trainer import ray_train
+
+    status_file = tmp_path / "job" / "status.json"
+    status_file.parent.mkdir()
+    status_file.write_text(
+        json.dumps(
+            {
+                "progress": {"step": 7},
+                "restartsByReason": {"UserCodeError": 1, "Preempted": 4},
+                "workerFailures": {"counts": {"UserCodeError": 1}, "last": []},
+            }
+        )
+    )
+    config = trainer_config.TrainerConfig.model_validate(
+        {"jobName": "job", "runName": "job", "storagePath": str(tmp_path), "attempt": 2, "spec": SPEC},
+        by_alias=True,
+    )
+    book = ray_train.FailureBook(config, status_file=status_file)
+    assert (book.used(failures.USER_CODE_ERROR), book.used(failures.PREEMPTED)) == (2, 4)
+    book.record(failures.Failure(failures.NCCL_ERROR, "DistBackendError: x", rank=0), restarted=True)
+    book.record(failures.Failure(failures.USER_CODE_ERROR, "ValueError: y", rank=1), restarted=False)
+    written = json.loads(status_file.read_text())
+    assert written["progress"] == {"step": 7}  # the other records are kept
+    assert written["workerFailures"]["counts"] == {"UserCodeError": 1, "NCCLError": 1}
+    assert [(e["reason"], e["restarted"], e["attempt"]) for e in written["workerFailures"]["last"]] == [
+        ("UserCodeError", False, 2),
+        ("NCCLError", True, 2),
+    ]

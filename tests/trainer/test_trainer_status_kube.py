@@ -31,7 +31,7 @@ def _job(name: str) -> dict[str, Any]:
 
 
 def _trainer_credentials(
-    control_plane: Any, namespace: str, job: str, tmp_path: pathlib.Path
+    control_plane: Any, namespace: str, job: str, tmp_path: pathlib.Path, verbs: tuple[str, ...] = ("patch",)
 ) -> dict[str, str]:
     rbac = kubernetes.client.RbacAuthorizationV1Api(control_plane.api_client())
     rbac.create_namespaced_role(
@@ -43,7 +43,7 @@ def _trainer_credentials(
                     "apiGroups": [GROUP],
                     "resources": ["trainingjobs/status"],
                     "resourceNames": [job],
-                    "verbs": ["patch"],
+                    "verbs": list(verbs),
                 }
             ],
         },
@@ -198,3 +198,60 @@ def test_a_failing_patch_never_raises_and_is_retried_until_the_object_accepts_it
     )
     reporter.close(timeout_s=10)
     assert sink.patches_sent >= 1
+
+
+@pytest.mark.controlplane
+def test_the_driver_reads_the_cumulative_worker_failures_and_adds_its_own(
+    control_plane: Any, namespace: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attempt 3's driver, with the Role the operator grants (get and patch on this job's status), reads
+    status.workerFailures of the earlier attempts; its record adds to the counts and keeps the older entries
+    after the new one. (The operator's restartsByReason is not in this branch's CRD yet, so the apiserver
+    would prune it: test_trainer_failures covers used(X) = restartsByReason + counts on status.json.)"""
+    from trainop_trainer import failures, ray_train
+
+    api = kubernetes.client.CustomObjectsApi(control_plane.api_client())
+    api.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, _job("gpt"))
+    earlier = {
+        "attempt": 1,
+        "reason": "Stalled",
+        "message": "rank 1 made no progress",
+        "rank": 1,
+        "step": 40,
+        "time": "2026-11-26T18:00:00Z",
+        "restarted": True,
+    }
+    api.patch_namespaced_custom_object_status(
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        "gpt",
+        {"status": {"workerFailures": {"counts": {"Stalled": 1}, "last": [earlier]}}},
+        _content_type="application/merge-patch+json",
+    )
+    credentials = _trainer_credentials(control_plane, namespace, "gpt", tmp_path, verbs=("get", "patch"))
+    for key, value in credentials.items():
+        monkeypatch.setenv(key, value)
+    config = trainer_config.TrainerConfig.model_validate(
+        {
+            "jobName": "gpt",
+            "runName": "gpt",
+            "storagePath": str(tmp_path),
+            "attempt": 3,
+            "statusTarget": {"namespace": namespace, "name": "gpt"},
+            "spec": _job("gpt")["spec"],
+        },
+        by_alias=True,
+    )
+
+    book = ray_train.FailureBook(config, status_file=tmp_path / "gpt" / "status.json")
+    assert book.used(failures.STALLED) == 1 and book.used(failures.USER_CODE_ERROR) == 0
+    book.record(
+        failures.Failure(failures.STALLED, "rank 0 made no progress", rank=0, step=90), restarted=True
+    )
+
+    got = _status(control_plane, namespace, "gpt")["workerFailures"]
+    assert got["counts"] == {"Stalled": 2}
+    assert [(e["attempt"], e["rank"], e["restarted"]) for e in got["last"]] == [(3, 0, True), (1, 1, True)]
+    assert got["last"][1] == earlier
