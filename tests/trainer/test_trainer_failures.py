@@ -127,7 +127,9 @@ def test_budgets_are_read_by_class_and_named_as_a_user_writes_them() -> None:
     policy = trainingjob.FailurePolicy.model_validate({"budgets": {"userCodeError": 0, "stalled": 5}})
     assert failures.budget(policy, failures.USER_CODE_ERROR) == 0
     assert failures.budget(policy, failures.STALLED) == 5
-    assert failures.budget(policy, failures.PREEMPTED) == 100
+    assert (
+        failures.budget(policy, failures.PREEMPTED) == 1000
+    )  # the documented default (docs/operator.md, "Failures")
     assert failures.budget_field(failures.OOM_KILLED) == "spec.failurePolicy.budgets.oomKilled"
     assert set(failures.FAST_RECOVERY).isdisjoint({failures.PREEMPTED, failures.NODE_LOST})
 
@@ -251,3 +253,19 @@ def test_used_counts_the_operators_new_attempts_and_the_trainers_restarts_and_th
         ("UserCodeError", False, 2),
         ("NCCLError", True, 2),
     ]
+
+
+def test_the_process_group_timeout_follows_the_trainers_watchdog_and_is_ray_trains_when_it_is_off() -> None:
+    from trainop.api import trainingjob
+    from trainop_trainer import ray_train
+
+    on = trainingjob.FailurePolicy(stallTimeoutSeconds=120)
+    assert ray_train.process_group_timeout_s(on) == 120 + ray_train.PG_TIMEOUT_MARGIN_S
+    off = trainingjob.FailurePolicy(stallTimeoutSeconds=120, trainerWatchdog=False)
+    assert ray_train.process_group_timeout_s(off) is None
+
+
+def test_the_trainers_classes_are_the_operators_failure_reasons() -> None:
+    from trainop.api.operator_status import FailureReason
+
+    assert set(failures.REASONS) == {reason.value for reason in FailureReason}

@@ -1,7 +1,7 @@
 """Failure classes, the classifier of a worker's exception or of Ray's error text, and the budgets.
 
-The classes mirror ``trainop.api.operator_status.FailureReason`` (the operator's enum, issue #17); until
-that enum is on this branch they are plain strings here, spelled the same (the lead unifies them at merge).
+The classes are ``trainop.api.operator_status.FailureReason``'s values (the operator's enum, issue #17), as
+plain strings: they travel in status records and Ray messages.
 
 - ``classify_exception(exc)``: what a worker's training function raised -> ``Failure``: torch.distributed /
   NCCL / gloo errors and collective timeouts -> NCCLError; torch's out of memory -> OOMKilled;
@@ -24,17 +24,18 @@ import traceback
 from typing import Any
 
 from trainop.api import trainingjob
+from trainop.api.operator_status import FailureReason
 
-# Mirror trainop.api.operator_status.FailureReason (issue #17's contract).
-PREEMPTED = "Preempted"
-NODE_LOST = "NodeLost"
-OOM_KILLED = "OOMKilled"
-STALLED = "Stalled"
-NCCL_ERROR = "NCCLError"
-USER_CODE_ERROR = "UserCodeError"
-INFRA_ERROR = "InfraError"
-INVALID_SPEC = "InvalidSpec"
-UNKNOWN = "Unknown"
+# The values of trainop.api.operator_status.FailureReason (issue #17's contract).
+PREEMPTED = FailureReason.PREEMPTED.value
+NODE_LOST = FailureReason.NODE_LOST.value
+OOM_KILLED = FailureReason.OOM_KILLED.value
+STALLED = FailureReason.STALLED.value
+NCCL_ERROR = FailureReason.NCCL_ERROR.value
+USER_CODE_ERROR = FailureReason.USER_CODE_ERROR.value
+INFRA_ERROR = FailureReason.INFRA_ERROR.value
+INVALID_SPEC = FailureReason.INVALID_SPEC.value
+UNKNOWN = FailureReason.UNKNOWN.value
 REASONS = (
     PREEMPTED,
     NODE_LOST,

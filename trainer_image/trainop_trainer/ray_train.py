@@ -190,7 +190,7 @@ PG_TIMEOUT_MARGIN_S = 60
 
 def process_group_timeout_s(policy: trainingjob.FailurePolicy) -> int | None:
     """None: Ray Train's default (30 min), when the watchdog is off."""
-    if not policy.stall_timeout_seconds:
+    if not policy.trainer_watchdog or not policy.stall_timeout_seconds:
         return None
     return policy.stall_timeout_seconds + PG_TIMEOUT_MARGIN_S
 

@@ -134,9 +134,9 @@ class Runtime:
 
     def _start_watchdog(self) -> None:
         """Right after spec.data is in place (a start-up that hangs is a stall too), unless
-        stallTimeoutSeconds is 0."""
+        spec.failurePolicy.trainerWatchdog is false."""
         timeout = self.spec.failure_policy.stall_timeout_seconds
-        if not timeout:
+        if not timeout or not self.spec.failure_policy.trainer_watchdog:
             return
         self.watchdog = watchdog.Watchdog(
             heartbeat=self.heartbeat,

@@ -780,6 +780,13 @@ class FailurePolicy(base.ApiModel):
             "at least 10.",
         )
     )
+    trainer_watchdog: bool = pydantic.Field(
+        default=True,
+        description="Whether the trainer's own per-rank watchdog runs (heartbeats shared between ranks, "
+        "the stuck rank named, its stacks dumped to <runDir>/stalls/, the attempt failed as Stalled after "
+        "stallTimeoutSeconds). false leaves stall detection to the operator's watchdog alone (no stacks, "
+        "a new attempt instead of an in-attempt restart). Default true.",
+    )
     budgets: FailureBudgets = pydantic.Field(
         default_factory=FailureBudgets,
         description="Failures survived per class (in-attempt restarts and new attempts together); a failure "
