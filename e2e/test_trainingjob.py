@@ -218,11 +218,14 @@ def test_failed_rayjob_is_retried_as_attempt_2_which_resumes_from_the_checkpoint
 
     s = status(final)
     assert s["attempt"] == 2 and s["restarts"] == 1, s
-    # Failure history: attempt 1, with KubeRay's reason and Ray's message about the killed entrypoint (Ray's
-    # job supervisor runs it through a shell, which reports a SIGKILLed child as exit code 128 + 9).
+    # Failure history: attempt 1, class Unknown (no trainer record: the driver itself was killed; no pod
+    # fact: the head pod lives on), with KubeRay's reason and Ray's message about the killed entrypoint
+    # (Ray's job supervisor runs it through a shell, which reports a SIGKILLed child as exit code 128 + 9).
     assert [f["attempt"] for f in s["failures"]] == [1], s["failures"]
-    assert s["failures"][0]["reason"] == "AppFailed", s["failures"]
+    assert s["failures"][0]["reason"] == "Unknown", s["failures"]
+    assert s["failures"][0]["message"].startswith("AppFailed: "), s["failures"]
     assert "failed with exit code 137" in s["failures"][0]["message"], s["failures"]
+    assert s["restartsByReason"] == {"Unknown": 1}, s
     states = run.ray_job_states()
     assert list(states) == [run.ray_job(1), run.ray_job(2)], states
     assert_kuberay_lifecycle(states[run.ray_job(1)], ("Failed", "FAILED"))
