@@ -198,15 +198,21 @@ def classify(
             "rayjob",
         )
     entry = _ending_entry(attempt, worker_failures)
+    trainers: Classification | None = None
     if entry is not None:
         where = f" (rank {entry.rank}, step {entry.step})" if entry.rank is not None else ""
-        return Classification(as_reason(entry.reason), f"{entry.message}{where}", "trainer")
+        trainers = Classification(as_reason(entry.reason), f"{entry.message}{where}", "trainer")
+        if trainers.reason != FailureReason.UNKNOWN:
+            return trainers
+    # The trainer saw a worker die without a word (Unknown): the pods may say why (OOM, a lost node).
     causes = [f for f in facts if ray.ended is None or f.time is None or f.time <= ray.ended]
     for reason in _PRECEDENCE:
         found = [f for f in causes if f.reason == reason]
         if found:
             more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
             return Classification(reason, found[0].message + more, "pods")
+    if trainers is not None:
+        return trainers
     text = f"{ray.reason}: {ray.message}" if ray.message else ray.reason
     if ray.reason in _INFRA_RAYJOB_REASONS:
         return Classification(FailureReason.INFRA_ERROR, text, "rayjob")

@@ -440,3 +440,27 @@ def test_a_sigkill_at_the_end_of_a_deletions_grace_period_is_a_preemption_not_an
     assert [f.reason for f in failures.pod_facts(deleted)] == [FailureReason.PREEMPTED]
     alive = pod("mlp-w-0", containerStatuses=[{"name": "ray-worker", "state": killed}])
     assert [f.reason for f in failures.pod_facts(alive)] == [FailureReason.OOM_KILLED]
+
+
+def test_the_pods_explain_a_worker_the_trainer_saw_die_without_a_word() -> None:
+    """The trainer's Unknown (a dead worker) gives way to a pod fact (here its node was lost); a class the
+    trainer knows (UserCodeError) does not."""
+    lost = failures.pod_facts(pod("mlp-w-0", reason="NodeLost"))
+    ray = ray_job("mlp-a1", "FAILED", "Failed", reason="AppFailed")
+
+    def record(reason: str) -> WorkerFailures:
+        entry = {
+            "attempt": 1,
+            "reason": reason,
+            "message": "worker died",
+            "time": RFC(NOW),
+            "restarted": False,
+        }
+        return WorkerFailures.model_validate({"counts": {}, "last": [entry]})
+
+    found = failures.classify(attempt=1, ray=ray, worker_failures=record("Unknown"), facts=lost)
+    assert (found.reason, found.source) == (FailureReason.NODE_LOST, "pods")
+    found = failures.classify(attempt=1, ray=ray, worker_failures=record("Unknown"), facts=())
+    assert (found.reason, found.source) == (FailureReason.UNKNOWN, "trainer")
+    found = failures.classify(attempt=1, ray=ray, worker_failures=record("UserCodeError"), facts=lost)
+    assert (found.reason, found.source) == (FailureReason.USER_CODE_ERROR, "trainer")
