@@ -44,11 +44,7 @@ S3_DATA: S3Use = "DATA"
 # drains, which the trainer never does (a preempted worker pod gets SIGTERM through its preStop hook and
 # checkpoints); the tests run without it; and every start of it logs an error-level line ("PreemptionWatcher
 # ... has constructor arguments in the object store and max_restarts > 0").
-# Ray Train's controller polls the worker group every RAY_TRAIN_HEALTH_CHECK_INTERVAL_S (Ray's default 2 s):
-# a worker that died is noticed up to one interval later, and so is the restarted group's readiness; 0.5 s
-# (as the trainer tests run) shaves up to 1.5 s of each detection off recovery (issue #21, <= 25 s), for
-# one small RPC per worker every half second.
-RAY_TRAIN_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0", "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5"}
+RAY_TRAIN_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
 
 
 def s3_env(use: S3Use, key: str) -> str:
