@@ -37,7 +37,7 @@ NOISE = {
     "cleaner_failed_query": re.compile(r"Failed to query Ray Train Controller actor state"),
     "cleaner_explained_once": re.compile(r"placement-group cleaner cannot reach the Ray State API"),
 }
-DEFAULT_AB_VARIANTS = "default,input=f32,control_every=8"
+DEFAULT_AB_VARIANTS = "default,input=lean,input=f32"
 
 
 def ts(text: str) -> float:

@@ -19,14 +19,15 @@ trainer's own components, to the one before:
   a device sync; the loss averaged over ranks over gloo). This is the trainer's loop without Ray,
   checkpoints, status and the step schedule's clocks.
 
-Variants that are not cumulative: ``report-f32`` (``report`` with ``switches`` ``input=f32``, the image
-path before issue #21) and ``report-ctl8`` (``control_every=8``). The NCCL variables are the trainer's
-(``distributed.apply_network``, profile ``auto``), the process group is set up as the trainer's launcher
-does it (``distributed.from_torchrun_env``): ``bare`` here against ``bare_ddp.py`` in the same call shows
-what those two change. Rank 0 prints one ``LADDER {json}`` line per rung (ms per step, samples/s, the
-difference to the rung before). Throughput: ``--steps`` steps between two device synchronisations after
-``--warmup`` steps. ``--cpu --tiny`` runs the same code with gloo on tiny images (a test of the script).
-"""
+Variants that are not cumulative: ``input-lean`` (``input`` with ``switches`` ``input=lean``, the two-kernel
+normalisation that was the default before the one-kernel ``fused``), ``report-f32`` (``report`` with
+``switches`` ``input=f32``, the image path before issue #21) and ``report-ctl8`` (``control_every=8``). The
+NCCL variables are the trainer's (``distributed.apply_network``, profile ``auto``), the process group is set
+up as the trainer's launcher does it (``distributed.from_torchrun_env``): ``bare`` here against
+``bare_ddp.py`` in the same call shows what those two change. Rank 0 prints one ``LADDER {json}`` line per
+rung (ms per step, samples/s, the difference to the rung before). Throughput: ``--steps`` steps between two
+device synchronisations after ``--warmup`` steps. ``--cpu --tiny`` runs the same code with gloo on tiny images
+(a test of the script)."""
 
 from __future__ import annotations
 
@@ -46,11 +47,12 @@ from trainop.api import trainingjob
 from trainop_trainer import data, distributed, metrics, reporting, schedule, switches, workloads
 from trainop_trainer.workloads import datasets, models
 
-RUNGS = ("bare", "ddp", "input", "loader", "control", "report", "report-f32", "report-ctl8")
+RUNGS = ("bare", "ddp", "input", "input-lean", "loader", "control", "report", "report-f32", "report-ctl8")
 FEATURES = {
     "bare": set(),
     "ddp": {"ddp"},
     "input": {"ddp", "input"},
+    "input-lean": {"ddp", "input"},
     "loader": {"ddp", "loader"},
     "control": {"ddp", "loader", "control"},
     "report": {"ddp", "loader", "control", "report"},
@@ -58,6 +60,7 @@ FEATURES = {
     "report-ctl8": {"ddp", "loader", "control", "report"},
 }
 SWITCHES: dict[str, dict[str, str | int]] = {
+    "input-lean": {"input": "lean"},
     "report-f32": {"input": "f32"},
     "report-ctl8": {"control_every": 8},
 }
@@ -65,6 +68,7 @@ SWITCHES: dict[str, dict[str, str | int]] = {
 PARENT = {
     "ddp": "bare",
     "input": "ddp",
+    "input-lean": "input",
     "loader": "ddp",
     "control": "loader",
     "report": "control",
@@ -193,7 +197,7 @@ def run_rung(name: str, *, ctx: distributed.WorkerContext, warmup: int, steps: i
 def main() -> int:
     global BATCH, IMAGE, WORKERS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rungs", default="bare,ddp,input,loader,control,report,report-f32")
+    parser.add_argument("--rungs", default="bare,ddp,input,input-lean,loader,control,report,report-f32")
     parser.add_argument("--warmup", type=int, default=15)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--cpu", action="store_true", help="gloo on the CPU (a test of this script)")

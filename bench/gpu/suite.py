@@ -229,7 +229,7 @@ def plan_phases(
     return runs, dropped
 
 
-LADDER_RUNGS = "bare,ddp,input,loader,control,report"
+LADDER_RUNGS = "bare,ddp,input,input-lean,loader,control,report"
 
 
 def set_smoke() -> None:

@@ -76,7 +76,7 @@ def test_a_trace_window_records_the_asked_steps_and_the_loops_sections_on_every_
         assert f"trainop.{part}" in names
     facts = json.loads((trace_dir / "rank0.env.json").read_text())
     assert facts["traced_steps"] == 3 and facts["world_size"] == 1 and facts["torch_threads"] >= 1
-    assert facts["switches"] == "control_every=1,input=lean"
+    assert facts["switches"] == "control_every=1,input=fused"
 
 
 def test_ab_blocks_switch_at_the_asked_steps_log_each_block_and_compute_the_same_model(
@@ -151,3 +151,24 @@ def test_ray_train_cleaners_repeated_notice_becomes_one_explaining_info_line() -
         ("INFO", logs.CLEANER_EXPLANATION),
         ("WARNING", "Detected that the Ray Train controller actor (x) is dead."),
     ]
+
+
+def test_fused_image_input_is_within_float32_rounding_of_the_reference_in_layout_and_dtype() -> None:
+    images = torch.randint(0, 256, (4, 3, 16, 16), dtype=torch.uint8)
+    mean = torch.tensor(workloads._IMAGENET_MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(workloads._IMAGENET_STD).view(1, 3, 1, 1)
+    reference = (images.double() - mean.double()) / std.double()
+    scale, bias = workloads.fused_stats(torch.device("cpu"))
+    full = workloads.normalise_images_fused(
+        images, scale, bias, memory_format=torch.channels_last, dtype=None
+    )
+    low = workloads.normalise_images_fused(
+        images, scale, bias, memory_format=torch.channels_last, dtype=torch.bfloat16
+    )
+    assert full.dtype == torch.float32 and full.is_contiguous(memory_format=torch.channels_last)
+    # Every one of the 256 values per channel: within a few float32 ulp of the exact result.
+    assert torch.allclose(full.double(), reference, rtol=0, atol=4 * torch.finfo(torch.float32).eps * 3)
+    assert low.dtype == torch.bfloat16 and low.is_contiguous(memory_format=torch.channels_last)
+    # Rounded once to bf16: at most one bf16 step from the exact value rounded to bf16.
+    assert (low.double() - reference.to(torch.bfloat16).double()).abs().max() <= 2**-7 * 3
+    assert switches.DEFAULTS["input"] == "fused" and switches.parse("input=lean") == {"input": "lean"}
