@@ -31,6 +31,7 @@ Never a timed assertion: it reports; docs/benchmarks.md says what was seen.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import random
@@ -129,7 +130,7 @@ class PathRun:
                 continue
             before = marker(self.latest())
             step_before = progress_step(self.latest())
-            at = run.timeline.clock()
+            at, at_wall = run.timeline.clock(), time.time()
             answer = self.inject(kind)
             done_at, obj = self.recovered_at(before, at)
             self.result["failures"].append(
@@ -140,12 +141,15 @@ class PathRun:
                     "answer": answer,
                     "stepAtInjection": step_before,
                     "recoverySeconds": round(done_at - at, 1),
+                    "injectedAt": at_wall,
+                    "recoveredAt": at_wall + (done_at - at),
                     "attemptAfter": status(obj).get("attempt"),
                     "stepAfter": progress_step(obj),
                 }
             )
         final = run.wait_until_finished(timeout_s=RECOVERY_TIMEOUT_S * 2)
         s = status(final)
+        add_detection_times(self.result["failures"], s)
         self.result.update(
             {
                 "phase": scenario.phase(final),
@@ -170,6 +174,28 @@ class PathRun:
         return self.run.timeline.clock()
 
 
+def rfc3339(text: str) -> float:
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def add_detection_times(injected: list[Obj], s: Obj) -> None:
+    """Per injected failure, when it was recorded (the first status.workerFailures.last or status.failures
+    entry after the injection): detection, and resume after detection (a stall's detection is the stall
+    timeout, the same on both paths)."""
+    recorded = sorted(
+        rfc3339(str(entry["time"]))
+        for entry in [*((s.get("workerFailures") or {}).get("last") or []), *(s.get("failures") or [])]
+        if entry.get("time")
+    )
+    for failure in injected:
+        if not failure.get("injected"):
+            continue
+        after = [t for t in recorded if failure["injectedAt"] - 1 <= t <= failure["recoveredAt"]]
+        if after:
+            failure["detectedSeconds"] = round(after[0] - failure["injectedAt"], 1)
+            failure["resumeAfterDetectionSeconds"] = round(failure["recoveredAt"] - after[0], 1)
+
+
 def summarize(results: list[Obj]) -> Obj:
     table: Obj = {}
     for result in results:
@@ -177,8 +203,20 @@ def summarize(results: list[Obj]) -> Obj:
             times = [
                 f["recoverySeconds"] for f in result["failures"] if f["kind"] == kind and f.get("injected")
             ]
+            after_detection = [
+                f["resumeAfterDetectionSeconds"]
+                for f in result["failures"]
+                if f["kind"] == kind and "resumeAfterDetectionSeconds" in f
+            ]
             table.setdefault(kind, {})[result["path"]] = (
-                {"n": len(times), "p50": statistics.median(times), "max": max(times)} if times else None
+                {
+                    "n": len(times),
+                    "p50": statistics.median(times),
+                    "max": max(times),
+                    "afterDetectionP50": statistics.median(after_detection) if after_detection else None,
+                }
+                if times
+                else None
             )
     return table
 
