@@ -40,6 +40,7 @@ RUN_TIMEOUT_S = 600
 # Above Ray Train's start-up on the busy 2-core box: the operator's watchdog also counts from an attempt's
 # start while no progress was reported yet (at 10 s every attempt was restarted before its first step).
 STALL_TIMEOUT_S = 60
+REPORT_EVERY_S = 30
 
 Obj = dict[str, Any]
 
@@ -67,10 +68,16 @@ def longer_with_fast_stall_detection(document: Obj) -> list[str]:
         "stallTimeoutSeconds": STALL_TIMEOUT_S,
         "budgets": {"stalled": 1, "preempted": 1},
     }
+    # The operator's watchdog fires at stallTimeoutSeconds + 2 x everySeconds without a new progress report;
+    # the trainer's at stallTimeoutSeconds, and its in-attempt restart must report a step before the
+    # operator's fires. At everySeconds 1 that is 2 s, less than a worker-group restart takes here
+    # (bench/faults, 2026-11-26: the operator restarted the attempt first). Reports still come every 20 steps.
+    spec["reporting"]["everySeconds"] = REPORT_EVERY_S
     return [
         f"maxSteps={MAX_STEPS}",
         f"intervalSteps={CHECKPOINT_EVERY}",
         f"stallTimeoutSeconds={STALL_TIMEOUT_S}",
+        f"reporting.everySeconds={REPORT_EVERY_S}",
     ]
 
 
