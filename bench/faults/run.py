@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(args.seed)
     order = list(FAULTS)
     rng.shuffle(order)
-    plan = [(kind, rng.uniform(5, 15)) for kind in order]
+    plan = [(kind, rng.uniform(3, 8)) for kind in order]
     args.work.mkdir(parents=True, exist_ok=True)
     began = time.time()
     load_before = os.getloadavg()
