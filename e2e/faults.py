@@ -8,6 +8,10 @@
   would. The RayJob fails and the operator starts the next attempt (failure layer 2).
 - **delete a worker pod** / **delete the head pod**: ``kubectl delete pod``, as a drained or lost node
   would; KubeRay and Ray Train react as they do on any cluster.
+- **stop or kill a worker at once** (``signal_worker``): SIGSTOP (a hang: the trainer's watchdog must
+  notice) or SIGKILL one Ray Train worker process, without waiting for a checkpoint.
+- **preempt a pod** (``delete_pod_gracefully``): ``kubectl delete pod --grace-period=N``, as a spot reclaim
+  or a drain; the worker pod's preStop hook checkpoints within the grace period.
 - **lose a node** (local cluster bed only): the node agent's ``lose-node`` hook kills every process of the
   node's pods and stops the node's Lease and status, as a machine that loses power; the API objects stay
   as they were until the node-lifecycle controller marks the node unreachable.
@@ -80,6 +84,28 @@ sys.exit(1)
 """
 KILL_WAIT_S = 240
 
+# Runs inside a worker pod: send a signal to one live Ray Train worker process of this pod (a pid the
+# trainer registered in ``$TRAINOP_PID_DIR``, alive and not stopped: a group restarted after an earlier
+# injection leaves the old files behind) and print its pid.   argv: <signal name, e.g. STOP>
+_SIGNAL_WORKER = r"""
+import os, signal, sys
+pid_dir = os.environ.get("TRAINOP_PID_DIR", "/tmp/trainop/pids")
+signum = getattr(signal, "SIG" + sys.argv[1])
+for name in sorted(os.listdir(pid_dir)) if os.path.isdir(pid_dir) else ():
+    try:
+        pid = int(open(os.path.join(pid_dir, name)).read().strip())
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except (OSError, ValueError):
+        continue
+    if state in ("T", "t", "Z", "X"):
+        continue
+    os.kill(pid, signum)
+    print(f"sent SIG{sys.argv[1]} to Ray Train worker {pid} ({name})")
+    sys.exit(0)
+print(f"no live Ray Train worker registered in {pid_dir}")
+sys.exit(1)
+"""
+
 
 class ClusterFaults:
     """Injects a failure into the RayJob ``ray_job`` of ``namespace``; returns what was done, in words."""
@@ -114,6 +140,40 @@ class ClusterFaults:
         answer = (result.stdout + result.stderr).strip()
         assert result.returncode == 0, f"pod {pod}: {answer}"
         return f"pod {pod}: {answer}"
+
+    def signal_worker(self, namespace: str, ray_job: str, signal_name: str) -> str:
+        """Send ``SIG<signal_name>`` (``STOP``: a hang, ``KILL``: a crash) to one live Ray Train worker
+        process in the last worker pod of the RayJob's cluster, at once (no checkpoint wait)."""
+        pod = self.pods(namespace, ray_job, "worker")[-1]
+        result = self.cluster.kubectl(
+            "exec",
+            "-n",
+            namespace,
+            pod,
+            "-c",
+            rayjob.WORKER_CONTAINER,
+            "--",
+            "python",
+            "-c",
+            _SIGNAL_WORKER,
+            signal_name,
+            check=False,
+            timeout_s=120,
+        )
+        answer = (result.stdout + result.stderr).strip()
+        assert result.returncode == 0, f"pod {pod}: {answer}"
+        return f"pod {pod}: {answer}"
+
+    def delete_pod_gracefully(
+        self, namespace: str, ray_job: str, node_type: str, *, grace_period_s: int = 30
+    ) -> str:
+        """``kubectl delete pod --grace-period`` of the (last) running pod of ``node_type``, as a spot
+        reclaim or a drain does: the pod's preStop hook has the grace period to checkpoint."""
+        pod = self.pods(namespace, ray_job, node_type)[-1]
+        self.cluster.kubectl(
+            "delete", "pod", pod, "-n", namespace, f"--grace-period={grace_period_s}", "--wait=false"
+        )
+        return f"deleted pod {pod} with a grace period of {grace_period_s}s"
 
     def lose_node(self, node: str) -> str:
         """The node is gone (power lost): its pods' processes die, it stops reporting. Local bed only."""
