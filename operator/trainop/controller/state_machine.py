@@ -436,6 +436,16 @@ class _Evaluation:
         progress = self.observed.progress
         reported = observe.parse_time(progress.updated) if progress is not None else None
         since = max(entered, reported) if reported is not None else entered
+        if reported is None or reported < entered:
+            # Before the attempt's first report: Ray Train's start-up, a compile, a data copy. Twice the
+            # timeout, so a loaded cluster's start-up is not restarted as a stall.
+            limit += spec.failure_policy.stall_timeout_seconds
+        # The trainer's own account of a failure in this attempt (an in-attempt restart under way) re-arms
+        # the clock: the restarted workers get the whole window to report, the operator does not race them.
+        for entry in self.observed.worker_failures.last if self.observed.worker_failures else ():
+            when = observe.parse_time(entry.time)
+            if entry.attempt == self.status.attempt and when is not None and when > since:
+                since = when
         due = since + datetime.timedelta(seconds=limit)
         if self.now < due:
             self.requeues.append((due - self.now).total_seconds())

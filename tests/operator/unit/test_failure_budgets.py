@@ -353,17 +353,46 @@ def running_job(**policy: Any) -> dict[str, Any]:
 
 
 def test_the_watchdog_is_armed_at_running_entry_and_rearmed_by_each_progress_report() -> None:
-    body = running_job(stallTimeoutSeconds=10)  # fires after 10 + 2 x 15 s
+    body = running_job(stallTimeoutSeconds=10)  # fires after 10 + 2 x 15 s (+ 10 before the first report)
     transition = decide(body, ray_job("mlp-a1", "RUNNING", "Running"), now=NOW + seconds(5))
-    assert transition.requeue_after == 35.0
+    assert transition.requeue_after == 45.0
     assert condition(transition, conditions.PROGRESSING)[:2] == ("True", "Progressing")
     fresh = Progress(step=3, updated=RFC(NOW + seconds(30)))
     transition = decide(body, ray_job("mlp-a1", "RUNNING", "Running"), now=NOW + seconds(45), progress=fresh)
     assert transition.status.phase == Phase.RUNNING and transition.requeue_after == 25.0
-    # An older attempt's last report does not keep a new attempt alive: Running entry counts.
+    # An older attempt's last report does not keep a new attempt alive: Running entry counts (with the
+    # allowance before a first report).
     stale = Progress(step=3, updated=RFC(NOW - seconds(3600)))
-    transition = decide(body, ray_job("mlp-a1", "RUNNING", "Running"), now=NOW + seconds(39), progress=stale)
+    transition = decide(body, ray_job("mlp-a1", "RUNNING", "Running"), now=NOW + seconds(49), progress=stale)
     assert transition.status.phase == Phase.RUNNING and transition.requeue_after == 1.0
+    transition = decide(body, ray_job("mlp-a1", "RUNNING", "Running"), now=NOW + seconds(50), progress=stale)
+    assert transition.status.phase == Phase.RESTARTING and transition.failed == FailureReason.STALLED
+
+
+def test_the_trainers_in_attempt_restart_rearms_the_operators_watchdog() -> None:
+    """The trainer's own watchdog fired (or a worker died) and it restarts the workers in the attempt: the
+    operator waits a whole window from that record instead of racing the restart with a new attempt."""
+    body = running_job(stallTimeoutSeconds=10)
+    last = Progress(step=30, updated=RFC(NOW + seconds(5)))
+    restarting = WorkerFailures.model_validate(
+        {
+            "counts": {"Stalled": 1},
+            "last": [
+                {
+                    "attempt": 1,
+                    "reason": "Stalled",
+                    "message": "rank 1",
+                    "time": RFC(NOW + seconds(20)),
+                    "restarted": True,
+                }
+            ],
+        }
+    )
+    ray = ray_job("mlp-a1", "RUNNING", "Running")
+    transition = decide(body, ray, now=NOW + seconds(45), progress=last, worker_failures=restarting)
+    assert transition.status.phase == Phase.RUNNING and transition.requeue_after == 15.0  # 20 + 40 - 45
+    transition = decide(body, ray, now=NOW + seconds(45), progress=last)
+    assert transition.status.phase == Phase.RESTARTING  # without the record: 5 + 40 < 45
 
 
 def test_a_silent_running_attempt_is_stalled_its_rayjob_deleted_and_the_restart_counted_as_stalled() -> None:
