@@ -189,7 +189,7 @@ USER_BATCH = 32
 USER_INPUT_DIM = 16
 
 
-def user_code_raising_once(document: Obj) -> list[str]:
+def user_code_raising_once(document: Obj, user_code_budget: int = 1) -> list[str]:
     image = os.environ.get(USER_IMAGE_ENV) or bed_images.USER_IMAGE
     spec = document["spec"]
     spec["image"] = image
@@ -212,7 +212,7 @@ def user_code_raising_once(document: Obj) -> list[str]:
         "backoffSeconds": 1,
         "maxBackoffSeconds": 2,
         "maxWorkerFailures": 2,
-        "budgets": {"userCodeError": 1},
+        "budgets": {"userCodeError": user_code_budget},
     }
     return [
         f"image={image}",
@@ -220,8 +220,17 @@ def user_code_raising_once(document: Obj) -> list[str]:
         f"failAtStep={FAIL_AT_STEP}",
         f"maxSteps={USER_MAX_STEPS}",
         f"intervalSteps={USER_CHECKPOINT_EVERY}",
-        "budgets.userCodeError=1",
+        f"budgets.userCodeError={user_code_budget}",
     ]
+
+
+def raise_line() -> int:
+    """The line of faulty_train.py's ``raise`` at failAtStep: the frame the trainer must name."""
+    return next(
+        n
+        for n, text in enumerate(USER_CODE.read_text().splitlines(), 1)
+        if 'raise ValueError(f"bad batch {tuple(x.shape)} at step {step}")' in text
+    )
 
 
 def act_user_code_raises_once(run: Scenario) -> dict[str, Any]:
@@ -251,11 +260,7 @@ def test_a_user_exception_is_classified_and_restarted_in_the_attempt_from_the_ch
 
     # The trainer's class, with the exception and the user's frame (file:line (function)), restarted in
     # attempt 1 and counted once against the userCodeError budget.
-    line = next(
-        n
-        for n, text in enumerate(USER_CODE.read_text().splitlines(), 1)
-        if 'raise ValueError(f"bad batch {tuple(x.shape)} at step {step}")' in text
-    )
+    line = raise_line()
     for seen in (facts["failed"], final):
         assert worker_failures(seen)["counts"] == {"UserCodeError": 1}, worker_failures(seen)
         entries = [f for f in worker_failures(seen)["last"] if f["reason"] == "UserCodeError"]
@@ -287,3 +292,39 @@ def test_a_user_exception_is_classified_and_restarted_in_the_attempt_from_the_ch
     assert len(resumes) == 1, events
     assert 0 < resumes[0] < FAIL_AT_STEP and resumes[0] % USER_CHECKPOINT_EVERY == 0, resumes
     assert run.env.claims.read(run.namespace, run.claim, f"{run.name}-raised-once").strip(), "no marker"
+
+
+def act_user_code_raises_with_no_budget(run: Scenario) -> dict[str, Any]:
+    run.apply(MANIFEST, lambda document: user_code_raising_once(document, user_code_budget=0))
+    run.wait_for(lambda obj: phase(obj) == "Running", timeout_s=START_TIMEOUT_S, what="phase Running")
+    return {"final": run.wait_until_finished(timeout_s=RUN_TIMEOUT_S)}
+
+
+@acts(act_user_code_raises_with_no_budget)
+def test_a_user_exception_with_no_user_code_budget_fails_the_job_naming_the_budget(
+    e2e_script: ScriptRun,
+) -> None:
+    run, facts = e2e_script.outcome(timeout_s=1500)
+    final = facts["final"]
+    s = status(final)
+    assert phase(final) == "Failed", s
+    frame = f"faulty_train.py:{raise_line()} (check_batch)"
+    # Not restarted in the attempt (the budget is 0): the trainer's entry ends attempt 1, and the operator
+    # takes its class and message.
+    entries = [f for f in worker_failures(final)["last"] if f["reason"] == "UserCodeError"]
+    assert len(entries) == 1 and entries[0]["restarted"] is False, worker_failures(final)
+    assert "UserCodeError" not in (worker_failures(final).get("counts") or {}), worker_failures(final)
+    assert [(f["attempt"], f["reason"]) for f in s["failures"]] == [(1, "UserCodeError")], s["failures"]
+    assert frame in s["failures"][0]["message"], s["failures"]
+    failed = next(c for c in s["conditions"] if c["type"] == "Failed")
+    assert (failed["status"], failed["reason"]) == ("True", "UserCodeError"), failed
+    assert failed["message"].startswith(
+        f"UserCodeError: ValueError: bad batch ({USER_BATCH}, {USER_INPUT_DIM}) at step {FAIL_AT_STEP}"
+    ), failed
+    assert frame in failed["message"], failed
+    assert failed["message"].endswith(
+        "(attempt 1); the userCodeError budget (0) is used up: fix the code, or raise "
+        "spec.failurePolicy.budgets.userCodeError."
+    ), failed
+    assert s["attempt"] == 1 and int(s.get("restarts") or 0) == 0, s
+    assert list(run.ray_job_states()) == [run.ray_job(1)], run.ray_job_states()
