@@ -20,7 +20,8 @@ image with its code added (``e2e/usercode/Dockerfile``; on the bed the image map
 ``tests/clusterbed/images.py``; on a real cluster ``E2E_USER_IMAGE``), ``workload.entrypoint:
 faulty_train:train`` raising ``ValueError`` once at a step. The trainer classifies it ``UserCodeError``
 with the exception and the frame, restarts the worker group inside the attempt from the checkpoint
-(``budgets.userCodeError: 1``), and the job succeeds in attempt 1.
+(``budgets.userCodeError: 1``), and the job succeeds in attempt 1. A third job, the same with
+``budgets.userCodeError: 0``, fails in attempt 1 with the budget's message.
 
 Not here (see docs/e2e.md): an OOM kill of a training rank (the node agent's cgroup OOM is reported for a
 container's main process, which is Ray's, not a rank's).
