@@ -12,6 +12,9 @@
   notice) or SIGKILL one Ray Train worker process, without waiting for a checkpoint.
 - **preempt a pod** (``delete_pod_gracefully``): ``kubectl delete pod --grace-period=N``, as a spot reclaim
   or a drain; the worker pod's preStop hook checkpoints within the grace period.
+- **make user code raise** (``create_file_in_worker``): ``kubectl exec`` creates a file in a worker pod,
+  which a user entrypoint that watches for it (``e2e/usercode/faulty_train.py``, ``raiseWhenFileExists``)
+  answers by raising ``ValueError``: a user exception at a moment of the caller's choosing.
 - **lose a node** (local cluster bed only): the node agent's ``lose-node`` hook kills every process of the
   node's pods and stops the node's Lease and status, as a machine that loses power; the API objects stay
   as they were until the node-lifecycle controller marks the node unreachable.
@@ -163,6 +166,33 @@ class ClusterFaults:
         answer = (result.stdout + result.stderr).strip()
         assert result.returncode == 0, f"pod {pod}: {answer}"
         return f"pod {pod}: {answer}"
+
+    def create_file_in_worker(self, namespace: str, ray_job: str, path: str) -> str:
+        """Create the (empty) file ``path`` inside the last worker pod of the RayJob's cluster, with its
+        parent directories (``kubectl exec``)."""
+        pod = self.pods(namespace, ray_job, "worker")[-1]
+        script = (
+            "import pathlib, sys; p = pathlib.Path(sys.argv[1]); p.parent.mkdir(parents=True, exist_ok=True)"
+        )
+        script += "; p.touch()"
+        result = self.cluster.kubectl(
+            "exec",
+            "-n",
+            namespace,
+            pod,
+            "-c",
+            rayjob.WORKER_CONTAINER,
+            "--",
+            "python",
+            "-c",
+            script,
+            path,
+            check=False,
+            timeout_s=120,
+        )
+        answer = (result.stdout + result.stderr).strip()
+        assert result.returncode == 0, f"pod {pod}: {answer}"
+        return f"pod {pod}: created {path}"
 
     def delete_pod_gracefully(
         self, namespace: str, ray_job: str, node_type: str, *, grace_period_s: int = 30

@@ -13,14 +13,23 @@ steps) suffers, in sequence:
    (``status.failures[].reason``, ``status.restartsByReason.Preempted``) and attempt 2 resumes from that
    checkpoint (a step that is not a multiple of the interval: the preemption's own checkpoint).
 
-and still succeeds within its budgets. Not here (the bed cannot do them, see docs/e2e.md): a user exception
-(the bed's pods import only trainop and trainop_trainer, so no user entrypoint that raises can be placed
-in them; the trainer tier covers it with real Ray) and an OOM kill of a training rank (the node agent's
-cgroup OOM is reported for a container's main process, which is Ray's, not a rank's).
+and still succeeds within its budgets.
+
+A second job runs **user code that raises**, the way a team ships it: its own image ``FROM`` the trainer
+image with its code added (``e2e/usercode/Dockerfile``; on the bed the image map's ``USER_IMAGE``,
+``tests/clusterbed/images.py``; on a real cluster ``E2E_USER_IMAGE``), ``workload.entrypoint:
+faulty_train:train`` raising ``ValueError`` once at a step. The trainer classifies it ``UserCodeError``
+with the exception and the frame, restarts the worker group inside the attempt from the checkpoint
+(``budgets.userCodeError: 1``), and the job succeeds in attempt 1. A third job, the same with
+``budgets.userCodeError: 0``, fails in attempt 1 with the budget's message.
+
+Not here (see docs/e2e.md): an OOM kill of a training rank (the node agent's cgroup OOM is reported for a
+container's main process, which is Ray's, not a rank's).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +37,7 @@ import pytest
 import yaml
 
 from e2e.scenario import Scenario, ScriptRun, acts, phase
+from tests.clusterbed import images as bed_images
 
 pytestmark = pytest.mark.e2e
 
@@ -166,3 +176,156 @@ def test_a_stall_is_restarted_in_the_attempt_and_a_preemption_checkpoints_then_r
     last = resumes[-1]["step"]
     assert facts["step_at_preemption"] <= last < MAX_STEPS, (facts["step_at_preemption"], resumes)
     assert last % CHECKPOINT_EVERY != 0, resumes
+
+
+# ------------------------------------------------------------------------------ a user exception, retried
+USER_CODE = Path(__file__).parent / "usercode" / "faulty_train.py"
+#: On a real cluster: the image e2e/usercode/Dockerfile built and pushed (docs/e2e.md).
+USER_IMAGE_ENV = "E2E_USER_IMAGE"
+USER_MAX_STEPS = 3000
+USER_CHECKPOINT_EVERY = 500
+FAIL_AT_STEP = 1250
+FAIL_RANK = 1
+USER_BATCH = 32
+USER_INPUT_DIM = 16
+
+
+def user_code_raising_once(document: Obj, user_code_budget: int = 1) -> list[str]:
+    image = os.environ.get(USER_IMAGE_ENV) or bed_images.USER_IMAGE
+    spec = document["spec"]
+    spec["image"] = image
+    spec["workload"] = {
+        "entrypoint": "faulty_train:train",
+        "config": {
+            "inputDim": USER_INPUT_DIM,
+            "hiddenDim": 64,
+            "numClasses": 10,
+            "batchSize": USER_BATCH,
+            "failAtStep": FAIL_AT_STEP,
+            "failRank": FAIL_RANK,
+            # On the job's checkpoint volume: survives the worker group's restart, so it raises once.
+            "failOnceMarker": f"/checkpoints/{document['metadata']['name']}-raised-once",
+        },
+    }
+    spec["hyperparameters"]["maxSteps"] = USER_MAX_STEPS
+    spec["checkpoint"]["intervalSteps"] = USER_CHECKPOINT_EVERY
+    spec["failurePolicy"] = {
+        "backoffSeconds": 1,
+        "maxBackoffSeconds": 2,
+        "maxWorkerFailures": 2,
+        "budgets": {"userCodeError": user_code_budget},
+    }
+    return [
+        f"image={image}",
+        "entrypoint=faulty_train:train",
+        f"failAtStep={FAIL_AT_STEP}",
+        f"maxSteps={USER_MAX_STEPS}",
+        f"intervalSteps={USER_CHECKPOINT_EVERY}",
+        f"budgets.userCodeError={user_code_budget}",
+    ]
+
+
+def raise_line() -> int:
+    """The line of faulty_train.py's ``raise`` at failAtStep: the frame the trainer must name."""
+    return next(
+        n
+        for n, text in enumerate(USER_CODE.read_text().splitlines(), 1)
+        if 'raise ValueError(f"bad batch {tuple(x.shape)} at step {step}")' in text
+    )
+
+
+def act_user_code_raises_once(run: Scenario) -> dict[str, Any]:
+    run.apply(MANIFEST, user_code_raising_once)
+    run.wait_for(lambda obj: phase(obj) == "Running", timeout_s=START_TIMEOUT_S, what="phase Running")
+    failed = run.wait_for(
+        lambda obj: (
+            phase(obj) in ("Succeeded", "Failed")
+            or (worker_failures(obj).get("counts") or {}).get("UserCodeError", 0) >= 1
+        ),
+        timeout_s=RUN_TIMEOUT_S,
+        what="status.workerFailures.counts.UserCodeError",
+    )
+    final = run.wait_until_finished(timeout_s=RUN_TIMEOUT_S)
+    return {"failed": failed, "final": final}
+
+
+@acts(act_user_code_raises_once)
+def test_a_user_exception_is_classified_and_restarted_in_the_attempt_from_the_checkpoint(
+    e2e_script: ScriptRun,
+) -> None:
+    run, facts = e2e_script.outcome(timeout_s=1500)
+    final = facts["final"]
+    s = status(final)
+    assert phase(final) == "Succeeded", s
+    assert s["progress"]["step"] == USER_MAX_STEPS, s["progress"]
+
+    # The trainer's class, with the exception and the user's frame (file:line (function)), restarted in
+    # attempt 1 and counted once against the userCodeError budget.
+    line = raise_line()
+    for seen in (facts["failed"], final):
+        assert worker_failures(seen)["counts"] == {"UserCodeError": 1}, worker_failures(seen)
+        entries = [f for f in worker_failures(seen)["last"] if f["reason"] == "UserCodeError"]
+        assert len(entries) == 1, worker_failures(seen)
+        entry = entries[0]
+        assert (entry["attempt"], entry["rank"], entry["restarted"]) == (1, FAIL_RANK, True), entry
+        assert entry["message"] == (
+            f"ValueError: bad batch ({USER_BATCH}, {USER_INPUT_DIM}) at step {FAIL_AT_STEP} "
+            f"at faulty_train.py:{line} (check_batch)"
+        ), entry["message"]
+        assert status(seen)["attempt"] == 1, status(seen)
+
+    # No new attempt: the restart was the trainer's, on the pods already there.
+    assert s["attempt"] == 1, s
+    assert int(s.get("restarts") or 0) == 0, s
+    assert not s.get("failures"), s.get("failures")
+    assert not s.get("restartsByReason"), s.get("restartsByReason")
+    assert list(run.ray_job_states()) == [run.ray_job(1)], run.ray_job_states()
+
+    # The restarted worker group resumed from a committed checkpoint before the failing step (not step 0);
+    # the marker the user code wrote is on the claim (it raised exactly there, once).
+    events = [
+        yaml.safe_load(line)
+        for line in run.env.claims.read(
+            run.namespace, run.claim, f"{run.name}/trainop/events.jsonl"
+        ).splitlines()
+    ]
+    resumes = [event["step"] for event in events if event.get("event") == "resume"]
+    assert len(resumes) == 1, events
+    assert 0 < resumes[0] < FAIL_AT_STEP and resumes[0] % USER_CHECKPOINT_EVERY == 0, resumes
+    assert run.env.claims.read(run.namespace, run.claim, f"{run.name}-raised-once").strip(), "no marker"
+
+
+def act_user_code_raises_with_no_budget(run: Scenario) -> dict[str, Any]:
+    run.apply(MANIFEST, lambda document: user_code_raising_once(document, user_code_budget=0))
+    run.wait_for(lambda obj: phase(obj) == "Running", timeout_s=START_TIMEOUT_S, what="phase Running")
+    return {"final": run.wait_until_finished(timeout_s=RUN_TIMEOUT_S)}
+
+
+@acts(act_user_code_raises_with_no_budget)
+def test_a_user_exception_with_no_user_code_budget_fails_the_job_naming_the_budget(
+    e2e_script: ScriptRun,
+) -> None:
+    run, facts = e2e_script.outcome(timeout_s=1500)
+    final = facts["final"]
+    s = status(final)
+    assert phase(final) == "Failed", s
+    frame = f"faulty_train.py:{raise_line()} (check_batch)"
+    # Not restarted in the attempt (the budget is 0): the trainer's entry ends attempt 1, and the operator
+    # takes its class and message.
+    entries = [f for f in worker_failures(final)["last"] if f["reason"] == "UserCodeError"]
+    assert len(entries) == 1 and entries[0]["restarted"] is False, worker_failures(final)
+    assert "UserCodeError" not in (worker_failures(final).get("counts") or {}), worker_failures(final)
+    assert [(f["attempt"], f["reason"]) for f in s["failures"]] == [(1, "UserCodeError")], s["failures"]
+    assert frame in s["failures"][0]["message"], s["failures"]
+    failed = next(c for c in s["conditions"] if c["type"] == "Failed")
+    assert (failed["status"], failed["reason"]) == ("True", "UserCodeError"), failed
+    assert failed["message"].startswith(
+        f"UserCodeError: ValueError: bad batch ({USER_BATCH}, {USER_INPUT_DIM}) at step {FAIL_AT_STEP}"
+    ), failed
+    assert frame in failed["message"], failed
+    assert failed["message"].endswith(
+        "(attempt 1); the userCodeError budget (0) is used up: fix the code, or raise "
+        "spec.failurePolicy.budgets.userCodeError."
+    ), failed
+    assert s["attempt"] == 1 and int(s.get("restarts") or 0) == 0, s
+    assert list(run.ray_job_states()) == [run.ray_job(1)], run.ray_job_states()

@@ -13,9 +13,12 @@ After the first committed checkpoint each job gets the same failures, in a seede
 random gaps (``--seed``): ``stall`` (SIGSTOP of one Ray Train worker process in a worker pod: found by the
 trainer's watchdog after stallTimeoutSeconds), ``crash`` (SIGKILL of one Ray Train worker process) and
 ``preempt`` (``kubectl delete pod --grace-period=30`` of a worker pod: never restarted in the attempt, the
-pod is going away -- both paths recreate). A user-code error is not injected: the bed's pods import only
-trainop and trainop_trainer, so a user entrypoint that raises cannot be placed in them (the trainer tier
-covers it with real Ray: tests/trainer/test_trainer_failure_injection.py).
+pod is going away -- both paths recreate) and ``usercode`` (``kubectl exec`` creates a trigger file in a
+worker pod; the job's user code, which watches for it, raises ValueError: a UserCodeError, restarted in the
+attempt on the fast path, a new attempt on the baseline). The job runs that user code in a user's own image
+(``e2e/usercode/faulty_train.py`` in ``example.com/ml-team/trainer-with-code:v1``, the trainer image plus
+the code: tests/clusterbed/images.py), a small MLP like the built-in ``mlp`` the runs before 2026-11-26
+20:00 UTC used.
 
 Measured, from the ``kubectl --watch`` stream of the TrainingJob (every status version, with the second it
 arrived): per failure, recovery = injection -> the first status.progress report of a new step after the
@@ -53,7 +56,9 @@ from tests.controlplane import assets
 
 Obj = dict[str, Any]
 JOB = Path(__file__).parent / "job.yaml"
-FAULTS = ("stall", "crash", "preempt")
+FAULTS = ("stall", "crash", "preempt", "usercode")
+#: job.yaml's workload.config.raiseWhenFileExists: the user code raises when this file appears in its pod.
+USER_CODE_TRIGGER = "/tmp/trainop/raise-user-error"
 START_TIMEOUT_S = 600
 RECOVERY_TIMEOUT_S = 600
 
@@ -96,6 +101,8 @@ class PathRun:
             return run.env.faults.signal_worker(run.namespace, ray_job, "STOP")
         if kind == "crash":
             return run.env.faults.signal_worker(run.namespace, ray_job, "KILL")
+        if kind == "usercode":
+            return run.env.faults.create_file_in_worker(run.namespace, ray_job, USER_CODE_TRIGGER)
         return run.env.faults.delete_pod_gracefully(run.namespace, ray_job, "worker", grace_period_s=30)
 
     def recovered_at(self, before: tuple[int, int], since: float) -> tuple[float, Obj]:

@@ -83,3 +83,29 @@ def test_image_file_is_reread_when_it_changes(tmp_path: Path) -> None:
 def test_bad_image_entries_are_refused_naming_the_problem(raw: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         images.ImageMap.from_json(json.loads(json.dumps({"images": {"x": raw}})))
+
+
+def test_the_beds_user_image_is_the_trainer_image_plus_the_code_its_dockerfile_copies() -> None:
+    """tests/clusterbed/images.py's USER_IMAGE is what e2e/usercode/Dockerfile builds: FROM the trainer
+    image, COPY of the code to USER_CODE_PATH, ENV PYTHONPATH there."""
+    from tests.clusterbed import images as bed_images
+
+    trainer = images.default_images().resolve(f"{images.TRAINER_REPOSITORY}:{images.IMAGE_TAG}")
+    user = images.ImageMap.from_json({"images": {bed_images.USER_IMAGE: bed_images.user_image()}}).resolve(
+        bed_images.USER_IMAGE
+    )
+    assert (user.entrypoint, user.cmd, user.user, user.working_dir, user.bin_dir) == (
+        trainer.entrypoint,
+        trainer.cmd,
+        trainer.user,
+        trainer.working_dir,
+        trainer.bin_dir,
+    )
+    assert dict(user.env) == {**dict(trainer.env), "PYTHONPATH": bed_images.USER_CODE_PATH}
+    assert dict(user.paths) == {**dict(trainer.paths), bed_images.USER_CODE_PATH: bed_images.USER_CODE_DIR}
+    assert (bed_images.USER_CODE_DIR / "faulty_train.py").is_file()
+    dockerfile = bed_images.USER_CODE_DIR / "Dockerfile"
+    built = images.image_from_dockerfile(bed_images.USER_IMAGE, dockerfile, bin_dir=Path("/"))
+    assert dict(built.env) == {"PYTHONPATH": bed_images.USER_CODE_PATH}
+    copies = [line.split() for line in dockerfile.read_text().splitlines() if line.startswith("COPY ")]
+    assert copies == [["COPY", "faulty_train.py", bed_images.USER_CODE_PATH + "/"]], copies
