@@ -145,7 +145,9 @@ async def test_a_watch_that_goes_silent_is_re_established_and_the_missed_change_
         await wait_for("RayJob a2 after the failure", lambda: api.get(f"{rayjob}/mlp-a2"), 30)
 
         status = (await api.get(f"{job_path}/mlp") or {}).get("status", {})
-    assert [f["message"] for f in status["failures"]] == ["lost the head node"]
+    assert [f["message"] for f in status["failures"]] == [
+        "AppFailed: lost the head node"
+    ]  # KubeRay reason: message (class Unknown)
     assert proxy.frozen_closed_by_client > 0 and proxy.watches_opened > opened_before
 
 

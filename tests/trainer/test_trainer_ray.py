@@ -316,7 +316,7 @@ def test_a_rank_frozen_with_sigstop_is_named_by_its_peers_watchdog_with_stacks_a
     pid_dir = tmp_path / "pids"
     monkeypatch.setenv("TRAINOP_PID_DIR", str(pid_dir))  # forwarded to the workers
     _user_entrypoints_on_path(monkeypatch)
-    timeout_s = 8
+    timeout_s = 10  # the API minimum (spec.failurePolicy.stallTimeoutSeconds >= 10)
     config = trainer_support.mlp_config(
         tmp_path,
         "stall",

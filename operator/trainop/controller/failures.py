@@ -205,7 +205,9 @@ def classify(
         if trainers.reason != FailureReason.UNKNOWN:
             return trainers
     # The trainer saw a worker die without a word (Unknown): the pods may say why (OOM, a lost node).
-    causes = [f for f in facts if ray.ended is None or f.time is None or f.time <= ray.ended]
+    # Strictly before the end (both in whole seconds): KubeRay deletes a failed RayJob's pods within the
+    # second it writes endTime, and those deletions are consequences.
+    causes = [f for f in facts if ray.ended is None or f.time is None or f.time < ray.ended]
     for reason in _PRECEDENCE:
         found = [f for f in causes if f.reason == reason]
         if found:
