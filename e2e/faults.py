@@ -123,6 +123,23 @@ class ClusterFaults:
         on_head = target in ("driver", "none")
         pod = self.pods(namespace, ray_job, "head" if on_head else "worker")[-1]
         container = rayjob.HEAD_CONTAINER if on_head else rayjob.WORKER_CONTAINER
+        answer = self._python(
+            namespace,
+            pod,
+            container,
+            _KILL_AFTER_CHECKPOINT,
+            checkpoints,
+            target,
+            str(KILL_WAIT_S),
+            timeout_s=KILL_WAIT_S + 60,
+        )
+        return f"pod {pod}: {answer}"
+
+    def _python(
+        self, namespace: str, pod: str, container: str, script: str, *args: str, timeout_s: float = 120
+    ) -> str:
+        """Run ``python -c script args...`` in a container of ``pod`` (``kubectl exec``); its output. A
+        non-zero exit fails the test, naming the pod."""
         result = self.cluster.kubectl(
             "exec",
             "-n",
@@ -133,38 +150,20 @@ class ClusterFaults:
             "--",
             "python",
             "-c",
-            _KILL_AFTER_CHECKPOINT,
-            checkpoints,
-            target,
-            str(KILL_WAIT_S),
+            script,
+            *args,
             check=False,
-            timeout_s=KILL_WAIT_S + 60,
+            timeout_s=timeout_s,
         )
         answer = (result.stdout + result.stderr).strip()
         assert result.returncode == 0, f"pod {pod}: {answer}"
-        return f"pod {pod}: {answer}"
+        return answer
 
     def signal_worker(self, namespace: str, ray_job: str, signal_name: str) -> str:
         """Send ``SIG<signal_name>`` (``STOP``: a hang, ``KILL``: a crash) to one live Ray Train worker
         process in the last worker pod of the RayJob's cluster, at once (no checkpoint wait)."""
         pod = self.pods(namespace, ray_job, "worker")[-1]
-        result = self.cluster.kubectl(
-            "exec",
-            "-n",
-            namespace,
-            pod,
-            "-c",
-            rayjob.WORKER_CONTAINER,
-            "--",
-            "python",
-            "-c",
-            _SIGNAL_WORKER,
-            signal_name,
-            check=False,
-            timeout_s=120,
-        )
-        answer = (result.stdout + result.stderr).strip()
-        assert result.returncode == 0, f"pod {pod}: {answer}"
+        answer = self._python(namespace, pod, rayjob.WORKER_CONTAINER, _SIGNAL_WORKER, signal_name)
         return f"pod {pod}: {answer}"
 
     def create_file_in_worker(self, namespace: str, ray_job: str, path: str) -> str:
@@ -175,23 +174,7 @@ class ClusterFaults:
             "import pathlib, sys; p = pathlib.Path(sys.argv[1]); p.parent.mkdir(parents=True, exist_ok=True)"
         )
         script += "; p.touch()"
-        result = self.cluster.kubectl(
-            "exec",
-            "-n",
-            namespace,
-            pod,
-            "-c",
-            rayjob.WORKER_CONTAINER,
-            "--",
-            "python",
-            "-c",
-            script,
-            path,
-            check=False,
-            timeout_s=120,
-        )
-        answer = (result.stdout + result.stderr).strip()
-        assert result.returncode == 0, f"pod {pod}: {answer}"
+        self._python(namespace, pod, rayjob.WORKER_CONTAINER, script, path)
         return f"pod {pod}: created {path}"
 
     def delete_pod_gracefully(
@@ -199,11 +182,7 @@ class ClusterFaults:
     ) -> str:
         """``kubectl delete pod --grace-period`` of the (last) running pod of ``node_type``, as a spot
         reclaim or a drain does: the pod's preStop hook has the grace period to checkpoint."""
-        pod = self.pods(namespace, ray_job, node_type)[-1]
-        self.cluster.kubectl(
-            "delete", "pod", pod, "-n", namespace, f"--grace-period={grace_period_s}", "--wait=false"
-        )
-        return f"deleted pod {pod} with a grace period of {grace_period_s}s"
+        return self.delete_pod(namespace, ray_job, node_type, grace_s=grace_period_s)
 
     def lose_node(self, node: str) -> str:
         """The node is gone (power lost): its pods' processes die, it stops reporting. Local bed only."""
