@@ -205,14 +205,9 @@ def classify(
         if trainers.reason != FailureReason.UNKNOWN:
             return trainers
     # The trainer saw a worker die without a word (Unknown): the pods may say why (OOM, a lost node).
-    # Strictly before the end (both in whole seconds): KubeRay deletes a failed RayJob's pods within the
-    # second it writes endTime, and those deletions are consequences.
-    causes = [f for f in facts if ray.ended is None or f.time is None or f.time < ray.ended]
-    for reason in _PRECEDENCE:
-        found = [f for f in causes if f.reason == reason]
-        if found:
-            more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
-            return Classification(reason, found[0].message + more, "pods")
+    from_pods = classify_facts(facts, ended=ray.ended)
+    if from_pods is not None:
+        return from_pods
     if trainers is not None:
         return trainers
     text = f"{ray.reason}: {ray.message}" if ray.message else ray.reason
@@ -223,6 +218,19 @@ def classify(
     if "OutOfMemoryError" in ray.message or "OOMKilled" in ray.message:
         return Classification(FailureReason.OOM_KILLED, text, "rayjob")
     return Classification(FailureReason.UNKNOWN, text or "the RayJob failed without a message", "none")
+
+
+def classify_facts(facts: Sequence[PodFact], *, ended: datetime.datetime | None) -> Classification | None:
+    """The class the pods' facts give, the most specific first; None without one. Only facts strictly before
+    ``ended`` count (both in whole seconds): KubeRay deletes a failed RayJob's pods within the second it
+    writes endTime, and those deletions are consequences."""
+    causes = [f for f in facts if ended is None or f.time is None or f.time < ended]
+    for reason in _PRECEDENCE:
+        found = [f for f in causes if f.reason == reason]
+        if found:
+            more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+            return Classification(reason, found[0].message + more, "pods")
+    return None
 
 
 def _ending_entry(

@@ -413,14 +413,9 @@ class _Evaluation:
         fails the RayJob (HTTPMode), so the attempt is over. Its class comes from what the pods showed (a
         deletion with a grace period is Preempted, a lost node NodeLost); without such a fact (an operator
         restarted since) it is NodeLost: a head pod goes only with its node or by someone's hand."""
-        found = failures.classify(
-            attempt=self.status.attempt,
-            ray=dataclasses.replace(ray, state=observe.AttemptState.FAILED, ended=None),
-            worker_failures=None,
-            facts=self.observed.pod_facts,
-        )
+        found = failures.classify_facts(self.observed.pod_facts, ended=None)
         text = f"RayJob {ray.name}: {problem.message}"
-        if found.source == "pods":
+        if found is not None:
             return failures.Classification(found.reason, f"{text}; {found.message}", "pods")
         return failures.Classification(FailureReason.NODE_LOST, text, "rayjob")
 
