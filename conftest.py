@@ -15,6 +15,8 @@ pytest_plugins = [
     "tests.tiers",
     "tests.property_seed",
     "pytester",
+    # ast.parse under one lock: e2e scenario threads and pytest's report formatting (CPython 3.11 bug).
+    "tests.ast_lock",
 ]
 
 

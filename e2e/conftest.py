@@ -116,7 +116,7 @@ def e2e_scripts(
         namespace = _namespace_for(item.name)
         e2e_env.cluster.kubectl("create", "namespace", namespace)
         run = scenario.Scenario(e2e_env, namespace, title=f"{item.name} (namespace {namespace})")
-        runs[item.nodeid] = scenario.ScriptRun(run, marker.args[0], gate).start()
+        runs[item.nodeid] = scenario.ScriptRun(run, marker.args[0], gate, on_error=save_driver_logs).start()
     yield runs
     for script_run in runs.values():
         e2e_env.cluster.kubectl(
@@ -152,11 +152,21 @@ def pytest_runtest_makereport(
             if diagnostics := env.cluster.diagnostics():
                 report.sections.append(("cluster logs", diagnostics))
         if env is not None and run is not None:
-            for name, text in driver_logs(env, run.namespace).items():
+            # Read when the script failed (its job is deleted after it), else now.
+            saved = run.saved_driver_logs
+            for name, text in (saved if saved is not None else driver_logs(env, run.namespace)).items():
                 report.sections.append((f"driver log {name}", text))
         if run is not None:
             report.sections.append(("timeline so far", run.timeline.render()))
     return report
+
+
+def save_driver_logs(run: scenario.Scenario) -> None:
+    """A failed script's driver logs, kept on the scenario before ``release`` deletes its job."""
+    try:
+        run.saved_driver_logs = driver_logs(run.env, run.namespace)
+    except Exception as error:  # diagnostics only: never hide the script's own failure
+        run.saved_driver_logs = {"(not read)": repr(error)}
 
 
 def driver_logs(env: scenario.Environment, namespace: str, num_lines: int = 60) -> dict[str, str]:

@@ -77,6 +77,7 @@ class Scenario:
         self.name = ""
         self.document: Obj = {}
         self.columns: watch_module.PrinterColumns | None = None
+        self.saved_driver_logs: dict[str, str] | None = None  # read when the script failed (conftest)
 
     # ------------------------------------------------------------------------------------------- acting
     def apply(self, manifest: Path, edit: Callable[[Obj], list[str]] | None = None) -> Obj:
@@ -225,6 +226,24 @@ class Scenario:
             self.env.faults.delete_pod(self.namespace, self.ray_job(attempt), node_type, grace_s=grace_s)
         )
 
+    def release(self) -> None:
+        """Delete the scenario's job if it is still going when its script ends (``--wait=false``).
+
+        Scenarios share the bed's nodes two at a time (``E2E_CONCURRENCY``): a job left Pending or
+        Provisioning on purpose (a GPU no node has, an image that cannot be pulled, a job wider than its
+        claim's node) would hold its placed pods' CPUs until the session ends and starve the scenarios
+        queued behind it (CI, 2026-11-26: a sweep waited 4 minutes on "Insufficient cpu"). A finished
+        job's Ray cluster is already gone (``shutdownAfterJobFinishes``); it stays for the test to read."""
+        if self.owner is None:
+            return
+        latest = self.owner.latest() or {}
+        if phase(latest) in ("Succeeded", "Failed"):
+            return
+        self.timeline.note(f"kubectl delete {PLURAL[self.kind]} {self.name} (script over: frees its pods)")
+        self.cluster.kubectl(
+            "delete", PLURAL[self.kind], self.name, "-n", self.namespace, "--wait=false", check=False
+        )
+
     def _noted(self, answer: str) -> str:
         self.timeline.note(f"  {answer}")
         return answer
@@ -368,10 +387,17 @@ def acts(script: Script) -> Callable[[TestFunction], TestFunction]:
 class ScriptRun:
     """One test's script, running in a thread from session start; ``result`` hands its outcome to the test."""
 
-    def __init__(self, scenario: Scenario, script: Script, gate: threading.Semaphore) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        script: Script,
+        gate: threading.Semaphore,
+        on_error: Callable[[Scenario], None] | None = None,
+    ) -> None:
         self.scenario = scenario
         self.script = script
         self.gate = gate
+        self.on_error = on_error
         self.facts: dict[str, Any] = {}
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._main, name=f"scenario-{scenario.namespace}", daemon=True)
@@ -387,6 +413,11 @@ class ScriptRun:
                 self.facts = self.script(self.scenario)
             except BaseException as error:  # re-raised in the test, with its traceback
                 self.error = error
+                if self.on_error is not None:  # diagnostics read from the pods before they go
+                    self.on_error(self.scenario)
+            finally:
+                # Before the gate opens for the next scenario: its pods must not wait on this one's.
+                self.scenario.release()
 
     def outcome(self, *, timeout_s: float = 900) -> tuple[Scenario, dict[str, Any]]:
         """Wait for the script; ``(scenario, facts)``, or the script's own exception."""

@@ -9,6 +9,7 @@ what a user sees: phase, conditions, Events, attempts, the resumed step.
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -86,16 +87,37 @@ def act_use_an_image_that_does_not_exist(run: Scenario) -> dict[str, Any]:
         timeout_s=START_TIMEOUT_S,
         what="RayClusterReady ErrImagePull/ImagePullBackOff",
     )
-    return {"reported": reported}
+    # stuckPodTimeoutSeconds (30) after each attempt's RayJob: InfraError; the second uses up the budget (1).
+    final = run.wait_until_finished(timeout_s=START_TIMEOUT_S)
+    return {"reported": reported, "final": final}
 
 
 @acts(act_use_an_image_that_does_not_exist)
-def test_an_image_that_cannot_be_pulled_is_named_on_the_job(e2e_script: ScriptRun) -> None:
-    _run, facts = e2e_script.outcome()
+def test_an_image_that_cannot_be_pulled_is_named_then_fails_its_attempts_as_infra_errors_within_the_budget(
+    e2e_script: ScriptRun,
+) -> None:
+    run, facts = e2e_script.outcome()
     reported = facts["reported"]
     assert phase(reported) in ("Pending", "Provisioning"), status(reported)
     message = condition(reported, "RayClusterReady")["message"]
     assert "ghcr.io/trainop/trainer:no-such-tag" in message, message
+
+    final = facts["final"]
+    s = status(final)
+    assert phase(final) == "Failed", s
+    assert [(f["attempt"], f["reason"]) for f in s["failures"]] == [(1, "InfraError"), (2, "InfraError")], s
+    for failure in s["failures"]:
+        assert "ghcr.io/trainop/trainer:no-such-tag" in failure["message"], failure
+        assert "(spec.failurePolicy.stuckPodTimeoutSeconds: 30)" in failure["message"], failure
+    assert s["restartsByReason"] == {"InfraError": 1}, s
+    failed = condition(final, "Failed")
+    assert (failed["status"], failed["reason"]) == ("True", "InfraError"), failed
+    assert failed["message"].endswith(
+        "the infraError budget (1) is used up: fix the image or what the pods ask for (kubectl describe the "
+        "Ray pods), or raise spec.failurePolicy.budgets.infraError."
+    ), failed
+    # Each attempt was its own RayJob, and the Ray pods of the stuck one went with it.
+    assert [name for name in run.ray_job_states()] == [run.ray_job(1), run.ray_job(2)], run.ray_job_states()
 
 
 def act_apply_a_job_wider_than_a_node(run: Scenario) -> dict[str, Any]:
@@ -131,7 +153,9 @@ def test_pods_that_do_not_fit_the_node_of_their_readwriteonce_claim_are_reported
     # Two nodes have room for the job between them, but the claim's volume lives on one node (node-local,
     # like a cloud block volume in one zone): the scheduler's refusal names the CPUs the claim's node lacks
     # and the volume the other node cannot have.
-    assert "Insufficient cpu" in message and "persistent volume" in message, message
+    # Before the claim's volume is bound the scheduler says "didn't find available persistent volumes to
+    # bind", after it "didn't match PersistentVolume's node affinity" (k8s v1.37 volumebinding/binder.go).
+    assert "Insufficient cpu" in message and re.search(r"persistent ?volume", message, re.IGNORECASE), message
     placed = {p["spec"].get("nodeName") for p in facts["pods"] if p["spec"].get("nodeName")}
     assert len(placed) == 1, f"the job's scheduled pods are on {placed}, not on the one node of its claim"
     selected = facts["claim"]["metadata"]["annotations"]["volume.kubernetes.io/selected-node"]

@@ -742,6 +742,8 @@ NO_BACKOFF_REASONS = frozenset(
 )
 # The lowest stallTimeoutSeconds: low enough for a test job, far below any real one.
 MIN_STALL_TIMEOUT_SECONDS = 10
+# The lowest stuckPodTimeoutSeconds: kubelet's first image pull retries come within it.
+MIN_STUCK_POD_TIMEOUT_SECONDS = 30
 
 
 class FailurePolicy(base.ApiModel):
@@ -778,6 +780,16 @@ class FailurePolicy(base.ApiModel):
             "well above the longest checkpoint write, compile or evaluation, and, for a workload.rayTrain "
             "function, above the longest gap between its ray.train.report calls. Default 900 (15 min), "
             "at least 10.",
+        )
+    )
+    stuck_pod_timeout_seconds: Annotated[int, pydantic.Field(ge=MIN_STUCK_POD_TIMEOUT_SECONDS, le=86400)] = (
+        pydantic.Field(
+            default=600,
+            description="An attempt whose Ray pods still wait on something that will not fix itself (an image "
+            "that cannot be pulled, an invalid image name, a container config error such as a missing Secret "
+            "or ConfigMap, a crash loop) this many seconds after its RayJob was created fails as InfraError "
+            "(counted against budgets.infraError). Pods that no node can take yet (Unschedulable) are not "
+            "failures: a node may join. Default 600 (10 min), at least 30.",
         )
     )
     trainer_watchdog: bool = pydantic.Field(

@@ -296,6 +296,9 @@ class _Evaluation:
                     "Provisioning",
                     f"KubeRay is starting the Ray cluster of RayJob {name} (attempt {attempt}).",
                 )
+                stuck = self._stuck_pods(ray, life)
+                if stuck is not None:
+                    return self._after_failure_of(attempt, stuck, life)
             case observe.AttemptState.RUNNING:
                 self._enter(
                     Phase.RUNNING,
@@ -418,6 +421,30 @@ class _Evaluation:
         if found is not None:
             return failures.Classification(found.reason, f"{text}; {found.message}", "pods")
         return failures.Classification(FailureReason.NODE_LOST, text, "rayjob")
+
+    def _stuck_pods(
+        self, ray: observe.RayJobObservation | None, life: kinds.Lifecycle
+    ) -> failures.Classification | None:
+        """InfraError when the starting attempt's Ray pods still wait on something that will not fix itself
+        (``observe.STUCK_WAITING_REASONS``: an image pull, a missing Secret, a crash loop)
+        ``stuckPodTimeoutSeconds`` after its RayJob was created; else None (and the reconcile at which it
+        would fire is requested). Unschedulable pods wait: a node may join (an autoscaler)."""
+        stuck = [p for p in self.observed.pod_problems if p.reason in observe.STUCK_WAITING_REASONS]
+        if not stuck or ray is None or ray.created is None:
+            return None
+        limit = life.failure_policy.stuck_pod_timeout_seconds
+        due = ray.created + datetime.timedelta(seconds=limit)
+        if self.now < due:
+            self.requeues.append((due - self.now).total_seconds())
+            return None
+        waited = int((self.now - ray.created).total_seconds())
+        first = stuck[0]
+        return failures.Classification(
+            FailureReason.INFRA_ERROR,
+            f"{first.reason}: {first.message}; the Ray pods of RayJob {ray.name} did not start in {waited} s "
+            f"(spec.failurePolicy.stuckPodTimeoutSeconds: {limit})",
+            "pods",
+        )
 
     def _stall(self, resource: manifest.Resource, *, was_running: bool) -> str | None:
         """The watchdog's finding when the running attempt reported no progress for too long, else None

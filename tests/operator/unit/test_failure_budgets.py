@@ -493,3 +493,73 @@ def test_the_pods_explain_a_worker_the_trainer_saw_die_without_a_word() -> None:
     assert (found.reason, found.source) == (FailureReason.UNKNOWN, "trainer")
     found = failures.classify(attempt=1, ray=ray, worker_failures=record("UserCodeError"), facts=lost)
     assert (found.reason, found.source) == (FailureReason.USER_CODE_ERROR, "trainer")
+
+
+# ------------------------------------------------------------------------------------ stuck pods (InfraError)
+PULL = observe.Problem(
+    "ImagePullBackOff", 'pod mlp-a1-head container ray-head: Back-off pulling image "nope:1"'
+)
+UNSCHEDULABLE = observe.Problem(
+    "Unschedulable", "pod mlp-a1-head: 0/3 nodes are available: 3 Insufficient cpu."
+)
+
+
+def starting_job(**policy: Any) -> dict[str, Any]:
+    body = accepted(factories.job(spec={"failurePolicy": {"stuckPodTimeoutSeconds": 120, **policy}}))
+    return after(body, decide(body))
+
+
+def test_pods_stuck_on_an_image_pull_fail_the_attempt_as_infra_error_after_the_stuck_pod_timeout() -> None:
+    body = starting_job()
+    created = NOW - seconds(60)  # the RayJob's creationTimestamp (state_machine_cases.ray_job)
+    starting = ray_job("mlp-a1", "", "Initializing", created=created)
+
+    # Before the timeout: still Provisioning, with a reconcile asked for when it runs out (no polling).
+    waiting = decide(body, starting, now=created + seconds(100), pod_problems=(PULL,))
+    assert waiting.status.phase == Phase.PROVISIONING and not waiting.status.failures
+    assert min(waiting.requeue_after or 1e9, 1e9) <= 20.0 + 1e-6, waiting.requeue_after
+
+    failed = decide(body, starting, now=created + seconds(121), pod_problems=(PULL,))
+    assert failed.status.phase == Phase.RESTARTING, failed.status.conditions
+    assert failed.failed == FailureReason.INFRA_ERROR
+    [failure] = failed.status.failures
+    assert (failure.attempt, failure.reason) == (1, "InfraError")
+    assert failure.message == (
+        'ImagePullBackOff: pod mlp-a1-head container ray-head: Back-off pulling image "nope:1"; the Ray pods '
+        "of RayJob mlp-a1 did not start in 121 s (spec.failurePolicy.stuckPodTimeoutSeconds: 120)"
+    )
+    assert failed.status.restarts_by_reason == {} and failed.ray_job is None  # the stuck RayJob goes
+
+
+def test_pods_stuck_on_an_image_pull_with_no_infra_budget_fail_the_job_naming_the_budget() -> None:
+    body = starting_job(budgets={"infraError": 0})
+    created = NOW - seconds(60)
+    failed = decide(
+        body,
+        ray_job("mlp-a1", "", "Initializing", created=created),
+        now=created + seconds(130),
+        pod_problems=(PULL,),
+    )
+    assert failed.status.phase == Phase.FAILED
+    reason, message = condition(failed, conditions.FAILED)[1:]
+    assert reason == "InfraError"
+    assert "Back-off pulling image" in message and "stuckPodTimeoutSeconds: 120" in message, message
+    assert "the infraError budget (0) is used up: fix the image" in message, message
+
+
+def test_unschedulable_pods_wait_for_a_node_however_long_it_takes() -> None:
+    body = starting_job()
+    created = NOW - seconds(60)
+    later = decide(
+        body,
+        ray_job("mlp-a1", "", "Initializing", created=created),
+        now=created + seconds(86400),
+        pod_problems=(UNSCHEDULABLE,),
+    )
+    assert later.status.phase == Phase.PROVISIONING and not later.status.failures
+
+
+def test_the_stuck_pod_timeout_has_a_documented_default_and_floor() -> None:
+    assert FailurePolicy().stuck_pod_timeout_seconds == 600
+    with pytest.raises(ValueError, match="greater than or equal to 30"):
+        FailurePolicy.model_validate({"stuckPodTimeoutSeconds": 29})
