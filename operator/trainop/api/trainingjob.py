@@ -785,11 +785,11 @@ class FailurePolicy(base.ApiModel):
     stuck_pod_timeout_seconds: Annotated[int, pydantic.Field(ge=MIN_STUCK_POD_TIMEOUT_SECONDS, le=86400)] = (
         pydantic.Field(
             default=600,
-            description="An attempt whose Ray pods still wait on something that will not fix itself (an image "
-            "that cannot be pulled, an invalid image name, a container config error such as a missing Secret "
-            "or ConfigMap, a crash loop) this many seconds after its RayJob was created fails as InfraError "
-            "(counted against budgets.infraError). Pods that no node can take yet (Unschedulable) are not "
-            "failures: a node may join. Default 600 (10 min), at least 30.",
+            description="An attempt whose Ray pods still wait on something that will not fix itself (an "
+            "image that cannot be pulled, an invalid image name, a container config error such as a missing "
+            "Secret or ConfigMap, a crash loop) this many seconds after its RayJob was created fails as "
+            "InfraError (counted against budgets.infraError). Pods that no node can take yet "
+            "(Unschedulable) are not failures: a node may join. Default 600 (10 min), at least 30.",
         )
     )
     trainer_watchdog: bool = pydantic.Field(
