@@ -6,7 +6,11 @@ test a tier and a timeout, prints the per-tier counts and, under CI=true, fails 
 not run or a test was skipped outside the GPU allow-list (docs/reliability.md, "CI").
 """
 
+from pathlib import Path
+
 import pytest
+
+from tests import session_beds
 
 # pytester: tests/unit/test_tier_gate.py runs small inner pytest sessions under the tiers plugin.
 pytest_plugins = [
@@ -27,6 +31,30 @@ def pytest_runtest_setup(item: "pytest.Item") -> None:
     trainer and sweep tests create and overwrite the operator-owned status fields they assert on. The
     operator tests' ``operator`` fixture starts it again when they need it.
     """
+    _stop_beds_before_e2e(item)
     process = getattr(item.config, "trainop_shared_operator", None)
     if process is not None and process.running and "/tests/operator/" not in str(item.path):
         process.stop()
+
+
+_BEDS_STOPPED = pytest.StashKey[bool]()
+
+
+def _stop_beds_before_e2e(item: "pytest.Item") -> None:
+    """Before the first test after which only e2e tests remain: stop the earlier tiers' beds (the shared
+    and isolated control planes, the node agent's bed, the trainer tier's Ray runtime; tests/session_beds.py),
+    so the e2e scenarios' Ray pods get the cores. Checked once per run, O(items)."""
+    if item.config.stash.get(_BEDS_STOPPED, False):
+        return
+    e2e = Path(item.config.rootpath) / "e2e"
+    if not Path(item.path).is_relative_to(e2e):
+        return
+    items = item.session.items
+    later = items[items.index(item) :]
+    if all(Path(other.path).is_relative_to(e2e) for other in later):
+        item.config.stash[_BEDS_STOPPED] = True
+        stopped = session_beds.stop_all()
+        if stopped:
+            reporter = item.config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
+                reporter.write_line(f"\nbefore the e2e tier, stopped: {', '.join(stopped)}")

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import tier_gate
+from tests import session_beds, tier_gate
 
 from . import assets, cluster, crds
 
@@ -148,12 +148,14 @@ def control_plane(
         tier_gate.missing_tool("the KubeRay CRDs", str(error))
     plane.start()
     config.stash[_PLANE] = plane
+    session_beds.register("shared control plane", plane.stop)
     timings = ", ".join(f"{phase} {seconds:.1f}s" for phase, seconds in plane.timings.items())
     _say(config, f"control plane {plane.server_url} up ({timings}); data dir {plane.data_dir}")
     try:
         yield plane
     finally:
         del config.stash[_PLANE]
+        session_beds.unregister("shared control plane")
         plane.stop()
 
 

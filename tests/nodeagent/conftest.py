@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests import session_beds
 from tests.controlplane import assets
 
 from . import harness, kit
@@ -40,7 +41,11 @@ def agent_bed(control_plane_assets: assets.Assets) -> Iterator[harness.AgentHarn
         keep_data_dir=os.environ.get("TRAINOP_CONTROLPLANE_KEEP", "") not in ("", "0"),
     )
     with harness.AgentHarness(assets=control_plane_assets, settings=settings) as bed:
-        yield bed
+        session_beds.register("node agent bed", bed.stop)
+        try:
+            yield bed
+        finally:
+            session_beds.unregister("node agent bed")
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from tests import session_beds
 from tests.controlplane import assets, cluster, crds
 from tests.reliability import operator_runner
 
@@ -40,10 +41,12 @@ def isolated_plane(
     )
     plane.start()
     request.config.stash[_PLANE] = plane
+    session_beds.register("isolated control plane", plane.stop)
     try:
         yield plane
     finally:
         del request.config.stash[_PLANE]
+        session_beds.unregister("isolated control plane")
         plane.stop()
 
 

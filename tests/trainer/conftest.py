@@ -20,6 +20,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests import mlflow_server as mlflow_server_module
+from tests import session_beds
 from tests.objectstore.server import S3Server
 from trainop.api import trainer_config
 
@@ -45,9 +46,11 @@ def ray_cluster(s3_server: S3Server) -> Iterator[str]:
     # address="local": a runtime of its own even while other Ray clusters run on this machine (other test
     # sessions, a cluster bed's Ray pods): without it ray.init joins the newest one and refuses num_cpus.
     context = ray.init(address="local", num_cpus=8, include_dashboard=False, log_to_driver=False)
+    session_beds.register("trainer Ray runtime", ray.shutdown)
     try:
         yield str(context.address_info["gcs_address"])
     finally:
+        session_beds.unregister("trainer Ray runtime")
         ray.shutdown()
         for key, value in saved.items():
             if value is None:
