@@ -509,6 +509,20 @@ def starting_job(**policy: Any) -> dict[str, Any]:
     return after(body, decide(body))
 
 
+def starting_for(
+    body: dict[str, Any], seconds_after_creation: float, problem: observe.Problem
+) -> state_machine.Transition:
+    """Attempt 1's transition that long after its RayJob (Initializing) was created, its pods showing
+    ``problem``."""
+    created = NOW - seconds(60)
+    return decide(
+        body,
+        ray_job("mlp-a1", "", "Initializing", created=created),
+        now=created + seconds(seconds_after_creation),
+        pod_problems=(problem,),
+    )
+
+
 def test_pods_stuck_on_an_image_pull_fail_the_attempt_as_infra_error_after_the_stuck_pod_timeout() -> None:
     body = starting_job()
     created = NOW - seconds(60)  # the RayJob's creationTimestamp (state_machine_cases.ray_job)
@@ -532,14 +546,7 @@ def test_pods_stuck_on_an_image_pull_fail_the_attempt_as_infra_error_after_the_s
 
 
 def test_pods_stuck_on_an_image_pull_with_no_infra_budget_fail_the_job_naming_the_budget() -> None:
-    body = starting_job(budgets={"infraError": 0})
-    created = NOW - seconds(60)
-    failed = decide(
-        body,
-        ray_job("mlp-a1", "", "Initializing", created=created),
-        now=created + seconds(130),
-        pod_problems=(PULL,),
-    )
+    failed = starting_for(starting_job(budgets={"infraError": 0}), 130, PULL)
     assert failed.status.phase == Phase.FAILED
     reason, message = condition(failed, conditions.FAILED)[1:]
     assert reason == "InfraError"
@@ -548,14 +555,7 @@ def test_pods_stuck_on_an_image_pull_with_no_infra_budget_fail_the_job_naming_th
 
 
 def test_unschedulable_pods_wait_for_a_node_however_long_it_takes() -> None:
-    body = starting_job()
-    created = NOW - seconds(60)
-    later = decide(
-        body,
-        ray_job("mlp-a1", "", "Initializing", created=created),
-        now=created + seconds(86400),
-        pod_problems=(UNSCHEDULABLE,),
-    )
+    later = starting_for(starting_job(), 86400, UNSCHEDULABLE)
     assert later.status.phase == Phase.PROVISIONING and not later.status.failures
 
 
