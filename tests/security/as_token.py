@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import ssl
+import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -90,6 +91,17 @@ class AsToken:
         )
         assert code == 201, review
         return bool(review["status"]["allowed"])
+
+    def wait_until_can(self, verb: str, resource: str, *, timeout_s: float = 60, **attributes: str) -> None:
+        """Wait for the RBAC authorizer to see a grant just written: it reads Roles and bindings from
+        informers, so for a moment after the POSTs it still answers from the old state (CI saw an empty
+        SelfSubjectRulesReview under load)."""
+        deadline = time.monotonic() + timeout_s
+        while not self.can(verb, resource, **attributes):
+            assert time.monotonic() < deadline, (
+                f"RBAC still refuses {verb} {resource} {attributes} after {timeout_s}s"
+            )
+            time.sleep(0.2)
 
 
 def bind_cluster_role(

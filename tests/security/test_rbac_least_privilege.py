@@ -184,6 +184,7 @@ def test_a_jobs_trainer_token_holds_only_get_and_patch_of_its_own_status_and_eve
         code, body = isolated_plane.request("POST", path, body=json.dumps(manifest).encode())
         assert code == 201, body
     trainer = AsToken(isolated_plane, isolated_plane.service_account_token(ns, "mlp-trainer", create=False))
+    trainer.wait_until_can("create", "events", namespace=ns)  # the RoleBinding reached the authorizer
 
     granted = trainer.rules(ns) - baseline.rules(ns)
     assert granted == {
