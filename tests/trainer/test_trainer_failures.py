@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import json
 import pathlib
+import sys
 import threading
 import time
 from typing import Any
@@ -21,7 +22,8 @@ import torch
 import torch.distributed as dist
 
 from trainop.api import trainingjob
-from trainop_trainer import failures, watchdog
+from trainop_trainer import checkpointer, failures, watchdog
+from trainop_trainer.workloads import models
 
 
 def raised(exc: BaseException) -> BaseException:
@@ -157,6 +159,51 @@ def test_the_stuck_rank_is_the_silent_one_else_the_one_behind_else_the_one_outsi
         1: beat(1, step=17, phase="control", posted=now),
     }
     assert watchdog.stuck_rank(alike, me=1, now=now, silent_after_s=5) == 1
+
+
+def test_where_a_rank_waits_names_the_training_code_that_called_into_a_library() -> None:
+    """A thread parked in ``threading.Event.wait`` (as in a checkpoint hand-off, CI's case): the innermost
+    frame is threading.py, so the training code's frame that called it follows; a thread in its own code (a
+    sleep is C, no Python frame) is named by that code alone."""
+    release = threading.Event()
+    spots: dict[str, int] = {}
+
+    def park_in_a_library() -> None:
+        spots["wait"] = _line_of_next_statement()
+        release.wait(30)
+
+    def sleep_in_training_code() -> None:
+        spots["sleep"] = _line_of_next_statement()
+        time.sleep(0.5)
+
+    threads = [threading.Thread(target=f) for f in (park_in_a_library, sleep_in_training_code)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.2)
+    frames = sys._current_frames()
+    parked = watchdog.where(frames[threads[0].ident])
+    sleeping = watchdog.where(frames[threads[1].ident])
+    release.set()
+    for thread in threads:
+        thread.join()
+    assert parked is not None and parked.startswith("threading.py:"), parked
+    assert parked.endswith(f" from test_trainer_failures.py:{spots['wait']} (park_in_a_library)"), parked
+    assert sleeping == f"test_trainer_failures.py:{spots['sleep']} (sleep_in_training_code)", sleeping
+    assert watchdog.where(None) is None
+    # The search's order: training code (a user's module, the built-in workloads), then this package's loop
+    # and checkpointer, then Python's library and installed packages.
+    assert [watchdog._kind(m.__file__) for m in (failures, models, checkpointer, threading, torch)] == [
+        1,
+        0,
+        1,
+        2,
+        2,
+    ]
+    assert watchdog._kind(__file__) == 0
+
+
+def _line_of_next_statement() -> int:
+    return sys._getframe(1).f_lineno + 1
 
 
 def test_a_silent_rank_is_named_by_its_peers_watchdog_which_dumps_its_stacks(tmp_path: pathlib.Path) -> None:

@@ -36,6 +36,7 @@ import json
 import logging
 import os
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -50,6 +51,12 @@ EXIT_STALLED = 86
 # Phases in which a rank waits for the others: a rank stuck there is waiting, not the cause.
 COLLECTIVE_PHASES = frozenset({"forward_backward", "control", "checkpoint", "report/evaluate/checkpoint"})
 _POST_INTERVAL_S = 0.25  # a TCPStore set: ~0.1 ms; the peers' view of a rank lags by at most this
+# Python's own library and installed packages: a frame there says *how* a rank waits (threading.py, a
+# collective), not where in the training code it is (``_kind``).
+_LIBRARY_DIRS = tuple(
+    sorted({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+)
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def store_key(attempt_try: int, what: str, rank: int) -> str:
@@ -107,13 +114,11 @@ class Heartbeat:
             self.enter(previous if previous != "start-up" else "step")
 
     def where(self) -> str | None:
-        """``file:line (function)`` of the training thread's innermost frame that is not this module's."""
-        frame = sys._current_frames().get(self.thread_id)
-        while frame is not None and frame.f_code.co_filename == __file__:
-            frame = frame.f_back
-        if frame is None:
-            return None
-        return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno} ({frame.f_code.co_name})"
+        """``file:line (function)`` of the training thread's innermost frame that is not this module's; when
+        that frame is not training code (Python's library, an installed package, this package's loop or
+        checkpointer), the innermost training-code frame that led there follows (else the innermost frame
+        of this package): ``threading.py:327 (wait) from train.py:40 (train)``."""
+        return where(sys._current_frames().get(self.thread_id))
 
     def snapshot(self, rank: int) -> dict[str, Any]:
         return {
@@ -125,6 +130,36 @@ class Heartbeat:
             "where": self.where(),
             "posted": time.time(),
         }
+
+
+def _kind(filename: str) -> int:
+    """0: training code (the user's, or this package's built-in workloads); 1: the rest of this package (its
+    loop, checkpointer, Ray glue); 2: Python's own library and installed packages."""
+    path = os.path.abspath(filename)
+    if path.startswith(_OWN_DIR + os.sep):
+        return 0 if path.startswith(os.path.join(_OWN_DIR, "workloads") + os.sep) else 1
+    return 2 if filename.startswith("<") or path.startswith(_LIBRARY_DIRS) else 0
+
+
+def _frame_name(frame: Any) -> str:
+    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno} ({frame.f_code.co_name})"
+
+
+def where(frame: Any) -> str | None:
+    """See ``Heartbeat.where``; ``frame`` is a thread's innermost frame (None: the thread is gone)."""
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame = frame.f_back
+    if frame is None:
+        return None
+    innermost = _frame_name(frame)
+    best: tuple[int, Any] = (_kind(frame.f_code.co_filename), frame)
+    caller = frame.f_back
+    while caller is not None and best[0] > 0:
+        kind = _kind(caller.f_code.co_filename)
+        if kind < best[0]:
+            best = (kind, caller)
+        caller = caller.f_back
+    return innermost if best[1] is frame else f"{innermost} from {_frame_name(best[1])}"
 
 
 def stuck_rank(beats: dict[int, dict[str, Any]], *, me: int, now: float, silent_after_s: float) -> int:
