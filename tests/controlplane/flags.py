@@ -20,12 +20,16 @@ SERVICE_CIDR = "10.0.0.0/24"
 #: Issuer and audience of ServiceAccount tokens (kubeadm's default), so TokenRequest tokens authenticate.
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 #: The controller-manager's controllers: owner-reference garbage collection, namespace deletion, the
-#: `default` ServiceAccount in every namespace, and legacy token Secrets for whoever still creates them.
+#: `default` ServiceAccount in every namespace, legacy token Secrets for whoever still creates them, and
+#: pvc-protection -- without it a deleted claim keeps its ``kubernetes.io/pvc-protection`` finalizer, so
+#: every test namespace that held one stayed Terminating and the namespace controller retried it for the
+#: rest of the session (~0.6 of the 2 cores in the CI rehearsal of 2026-11-27).
 CONTROLLERS = (
     "garbage-collector-controller",
     "namespace-controller",
     "serviceaccount-controller",
     "serviceaccount-token-controller",
+    "persistentvolumeclaim-protection-controller",
 )
 
 

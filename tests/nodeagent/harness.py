@@ -33,7 +33,6 @@ NODE_CONTROLLERS = (
     "node-lifecycle-controller",
     "endpointslice-controller",
     "persistentvolume-binder-controller",
-    "persistentvolumeclaim-protection-controller",
 )
 
 
