@@ -23,8 +23,9 @@ with the exception and the frame, restarts the worker group inside the attempt f
 (``budgets.userCodeError: 1``), and the job succeeds in attempt 1. A third job, the same with
 ``budgets.userCodeError: 0``, fails in attempt 1 with the budget's message.
 
-Not here (see docs/e2e.md): an OOM kill of a training rank (the node agent's cgroup OOM is reported for a
-container's main process, which is Ray's, not a rank's).
+A fourth job runs user code that allocates past its worker pod's memory limit: the kernel OOM-kills the
+rank, the node agent ends its whole container OOMKilled (the kubelet's ``memory.oom.group``), the operator
+classifies each attempt ``OOMKilled`` from the pod and the job fails when ``budgets.oomKilled`` is used up.
 """
 
 from __future__ import annotations
@@ -329,3 +330,84 @@ def test_a_user_exception_with_no_user_code_budget_fails_the_job_naming_the_budg
     ), failed
     assert s["attempt"] == 1 and int(s.get("restarts") or 0) == 0, s
     assert list(run.ray_job_states()) == [run.ray_job(1)], run.ray_job_states()
+
+
+# ------------------------------------------------------------------------------ a rank runs out of memory
+OOM_AT_STEP = 300
+OOM_MIB = 4096  # twice memoryPerWorker (2Gi): the kernel's OOM killer acts at the limit, long before
+
+
+def user_code_running_out_of_memory(document: Obj) -> list[str]:
+    spec = document["spec"]
+    spec["image"] = os.environ.get(USER_IMAGE_ENV) or bed_images.USER_IMAGE
+    spec["workload"] = {
+        "entrypoint": "faulty_train:train",
+        "config": {
+            "inputDim": USER_INPUT_DIM,
+            "hiddenDim": 64,
+            "numClasses": 10,
+            "batchSize": USER_BATCH,
+            "failRank": FAIL_RANK,
+            "allocateMiBAtStep": OOM_AT_STEP,
+            "allocateMiB": OOM_MIB,
+        },
+    }
+    spec["hyperparameters"]["maxSteps"] = USER_MAX_STEPS
+    spec["checkpoint"]["intervalSteps"] = USER_CHECKPOINT_EVERY
+    # No worker-group restarts: the rank's container dies with it, and the attempt's class is the pod's.
+    spec["failurePolicy"] = {
+        "backoffSeconds": 1,
+        "maxBackoffSeconds": 2,
+        "maxWorkerFailures": 0,
+        "budgets": {"oomKilled": 1},
+    }
+    return [
+        "entrypoint=faulty_train:train",
+        f"allocateMiBAtStep={OOM_AT_STEP}",
+        f"allocateMiB={OOM_MIB}",
+        f"memoryPerWorker={spec['workers']['memoryPerWorker']}",
+        "maxWorkerFailures=0",
+        "budgets.oomKilled=1",
+    ]
+
+
+def act_user_code_runs_out_of_memory(run: Scenario) -> dict[str, Any]:
+    run.apply(MANIFEST, user_code_running_out_of_memory)
+    run.wait_for(lambda obj: phase(obj) == "Running", timeout_s=START_TIMEOUT_S, what="phase Running")
+    return {"final": run.wait_until_finished(timeout_s=RUN_TIMEOUT_S)}
+
+
+@acts(act_user_code_runs_out_of_memory)
+def test_a_rank_over_its_memory_limit_is_oom_killed_classified_from_its_pod_and_fails_the_oom_budget(
+    e2e_script: ScriptRun,
+) -> None:
+    """Rank 1's process allocates past its worker pod's memory limit: the node agent's cgroup lets the
+    kernel's OOM killer act, and the whole container ends OOMKilled, exit 137 (the kubelet's
+    ``memory.oom.group``; tests/nodeagent/runtime.py). The trainer only sees rank 1's process vanish; the
+    operator reads the class off the pod (status.failures[].reason OOMKilled, naming the pod, container and
+    limit), starts attempt 2 within ``budgets.oomKilled: 1``, which runs out of memory the same way, and the
+    job fails saying which budget is used up and what to change."""
+    run, facts = e2e_script.outcome(timeout_s=1500)
+    final = facts["final"]
+    s = status(final)
+    assert phase(final) == "Failed", s
+    assert [(f["attempt"], f["reason"]) for f in s["failures"]] == [(1, "OOMKilled"), (2, "OOMKilled")], (
+        s["failures"],
+        worker_failures(final),
+    )
+    for failure in s["failures"]:
+        assert "was OOMKilled (memory limit 2Gi)" in failure["message"], failure
+        assert f"pod {run.ray_job(failure['attempt'])}" in failure["message"], (
+            failure
+        )  # the attempt's own pod
+    assert s["restartsByReason"] == {"OOMKilled": 1}, s
+    assert s["attempt"] == 2 and int(s.get("restarts") or 0) == 1, s
+    failed = next(c for c in s["conditions"] if c["type"] == "Failed")
+    assert (failed["status"], failed["reason"]) == ("True", "OOMKilled"), failed
+    assert failed["message"].endswith(
+        "(attempt 2); the oomKilled budget (1) is used up: lower hyperparameters.batchSizePerWorker or raise "
+        "workers.memoryPerWorker, or raise spec.failurePolicy.budgets.oomKilled."
+    ), failed
+    assert list(run.ray_job_states()) == [run.ray_job(1), run.ray_job(2)], run.ray_job_states()
+    # Both attempts got to the step that allocates (a checkpoint before it, none after).
+    assert s["progress"]["step"] >= OOM_AT_STEP - 20, s["progress"]

@@ -15,6 +15,11 @@ each exactly once, so an in-attempt restart from the checkpoint then runs to the
   raise there only while the marker does not exist, writing it first (the e2e scenario);
 - ``raiseWhenFileExists``: a path inside the worker pod (``kubectl exec … touch`` it); the rank that sees
   it first deletes it and raises (bench/faults' ``usercode`` failure). Ranks of other pods never see it.
+
+And one way to run out of memory: ``allocateMiBAtStep`` (on rank ``failRank``) allocates ``allocateMiB``
+MiB there, every time it gets there -- more than the worker pod's memory limit, so the kernel's OOM killer
+ends the rank's container (the e2e OOM scenario). Should the allocation succeed (no limit below it), it
+raises ``RuntimeError`` saying so instead of passing quietly.
 """
 
 from __future__ import annotations
@@ -41,6 +46,16 @@ def check_batch(x: torch.Tensor, step: int, *, fail_at: int, once: str | None, t
         raise ValueError(f"bad batch {tuple(x.shape)} at step {step}")
 
 
+def hog_memory(step: int, *, at: int, mib: int) -> None:
+    """At step ``at``, allocate and touch ``mib`` MiB and keep it (see the module docstring)."""
+    if step != at:
+        return
+    held = [bytearray(64 << 20) for _ in range(max(1, mib // 64))]  # zero-filled: every page touched
+    raise RuntimeError(
+        f"allocated {len(held) * 64} MiB at step {step} and was not killed: no memory limit below that"
+    )
+
+
 def train(ctx: Any) -> None:
     config = ctx.config
     input_dim = int(config.get("inputDim", 16))
@@ -51,6 +66,8 @@ def train(ctx: Any) -> None:
     fail_rank = int(config.get("failRank", 1))
     once = config.get("failOnceMarker")
     trigger = config.get("raiseWhenFileExists")
+    hog_at = int(config.get("allocateMiBAtStep", -1)) if ctx.rank == fail_rank else -1
+    hog_mib = int(config.get("allocateMiB", 0))
     seed = ctx.hyperparameters.seed
     total_steps = ctx.total_steps or 1000
 
@@ -81,6 +98,7 @@ def train(ctx: Any) -> None:
             once=once,
             trigger=trigger,
         )
+        hog_memory(step, at=hog_at, mib=hog_mib)
         loss = torch.nn.functional.cross_entropy(model(x), (x @ teacher).argmax(dim=1))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

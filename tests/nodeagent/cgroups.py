@@ -5,7 +5,9 @@ container *instance*, so a restart starts with fresh counters and no stragglers 
 ``resources.limits.memory`` becomes ``memory.limit_in_bytes`` (the kernel's OOM killer acts inside the
 group and ``memory.oom_control``'s ``oom_kill`` counts its kills: how OOMKilled is told apart from a plain
 SIGKILL), ``limits.cpu`` a CFS quota and ``requests.cpu`` ``cpu.shares``, as the kubelet's cgroupfs
-driver does. The group is also the container's process tree: :meth:`Cgroup.kill_all` reaches every
+driver does. :meth:`Cgroup.oom_eventfd` tells the runtime the moment the OOM killer acts, so it can kill the
+whole container as the kubelet's ``memory.oom.group`` does on cgroup v2 (``runtime.wait``). The group is
+also the container's process tree: :meth:`Cgroup.kill_all` reaches every
 descendant, including daemons that left the process group (Ray's do).
 
 It never touches groups outside ``trainop/``; :func:`remove_bed_tree` is how a later start cleans a
@@ -80,6 +82,22 @@ class Cgroup:
             if key == "oom_kill":
                 return int(value)
         return 0
+
+    def oom_eventfd(self) -> int | None:
+        """An eventfd the kernel signals when the OOM killer acts in this group (cgroup v1's notification
+        API: ``"<eventfd> <fd of memory.oom_control>"`` written to ``cgroup.event_control``); None where the
+        kernel refuses it. The caller closes it."""
+        event = os.eventfd(0, os.EFD_CLOEXEC)
+        try:
+            control = os.open(self.dir("memory") / "memory.oom_control", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                (self.dir("memory") / "cgroup.event_control").write_text(f"{event} {control}")
+            finally:
+                os.close(control)  # the kernel holds its own reference once registered
+        except OSError:
+            os.close(event)
+            return None
+        return event
 
     def signal_all(self, signum: int) -> int:
         """Send ``signum`` to every process in the group; return how many there were."""

@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -186,13 +187,44 @@ def start(spec: ContainerSpec, *, cgroup: cgroups.Cgroup, log_path: Path, spec_d
 
 def wait(container: RunningContainer) -> Exit:
     """Block until the main process exits; then kill what is left in its cgroup (a container's processes
-    die with its PID 1) and read whether the kernel OOM-killed inside it."""
+    die with its PID 1) and read whether the kernel OOM-killed inside it.
+
+    When the kernel's OOM killer acts inside the group first, every process of the container is killed at
+    once: on cgroup v2 the kubelet sets ``memory.oom.group=1`` on each container (Kubernetes >= 1.28, unless
+    ``singleProcessOOMKill``), so an OOM kill of one process -- a Ray worker of a train actor, say -- ends
+    the whole container, exit 137, reason OOMKilled. This box's cgroup v1 kills only the chosen process,
+    so the group kill is done here, on the kernel's OOM notification (an eventfd, no polling)."""
+    killed_for_oom = _kill_whole_group_on_oom(container)
     returncode = container.popen.wait()
     container.cgroup.kill_all()
-    oom = container.cgroup.oom_kills() > 0
+    oom = killed_for_oom or container.cgroup.oom_kills() > 0
     if returncode < 0:
         return Exit(exit_code=128 - returncode, signal=-returncode, oom_killed=oom, finished_at=time.time())
     return Exit(exit_code=returncode, signal=None, oom_killed=oom, finished_at=time.time())
+
+
+def _kill_whole_group_on_oom(container: RunningContainer) -> bool:
+    """Return when the main process exits (False), or when the kernel signals an OOM in the group, having
+    killed it all (True). The notification comes as the OOM starts, before the kernel has picked and
+    counted its victim (``oom_kill`` could still read 0 then: e2e runs of 2026-11-27), so the signal alone
+    decides, as the OOM group kill does."""
+    oom = container.cgroup.oom_eventfd()
+    if oom is None:
+        return False
+    try:
+        pidfd = os.pidfd_open(container.pid)
+    except ProcessLookupError:
+        os.close(oom)
+        return False
+    try:
+        ready, _, _ = select.select([pidfd, oom], [], [])
+        if oom not in ready:
+            return False
+        container.cgroup.kill_all()
+        return True
+    finally:
+        os.close(pidfd)
+        os.close(oom)
 
 
 def exec_in(

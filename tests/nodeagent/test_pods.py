@@ -414,6 +414,29 @@ def test_memory_limit_is_enforced_and_reported_as_oomkilled(pod_namespace: Names
     assert (terminated["reason"], terminated["exitCode"]) == ("OOMKilled", 137)
 
 
+def test_an_oom_kill_of_one_process_ends_the_whole_container_as_the_kubelets_oom_group_does(
+    pod_namespace: Namespace,
+) -> None:
+    """The kernel kills only the hog (a child; cgroup v1 picks one process), yet the container ends at once,
+    OOMKilled with exit 137: the kubelet's ``memory.oom.group`` behaviour on cgroup v2. Without it the shell
+    would sleep on and the pod would stay Running (what a Ray container whose worker was OOM-killed did)."""
+    ns = pod_namespace
+    hog = {
+        "name": "hog",
+        "image": BUSYBOX,
+        "command": [
+            "sh",
+            "-c",
+            "python3 -c 'chunks = [bytearray(16 << 20) for _ in range(64)]'; sleep 600",
+        ],
+        "resources": {"limits": {"memory": "48Mi"}},
+    }
+    ns.pod("group", containers=[hog], restartPolicy="Never")
+    pod = ns.wait_phase("group", "Failed", timeout_s=60)
+    terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert (terminated["reason"], terminated["exitCode"]) == ("OOMKilled", 137), terminated
+
+
 def test_unknown_image_backs_off_and_the_pod_starts_once_the_image_exists(
     agent_bed: harness.AgentHarness, pod_namespace: Namespace
 ) -> None:

@@ -34,10 +34,11 @@ before acting on the Transition (creating or deleting RayJobs): the status is th
 crash between the two repeats the same actions and never loses a failure or double-counts a restart.
 
 Every failed attempt is classified (``failures.classify``: the trainer's account, the pod facts, the
-RayJob) and the class decides: a failure of class X is retried iff used(X) = restartsByReason[X] +
-workerFailures.counts[X] (the trainer's in-attempt restarts) is below failurePolicy.budgets[X], and
-maxRestarts (when set) is not reached. Preempted and NodeLost restart at once; other classes wait
-backoffSeconds doubled per earlier restart of that class.
+RayJob; a worker the trainer saw die without a word waits up to EVIDENCE_WAIT_S after the RayJob's end
+for the pods' facts before it is recorded as Unknown) and the class decides: a failure of class X is
+retried iff used(X) = restartsByReason[X] + workerFailures.counts[X] (the trainer's in-attempt restarts)
+is below failurePolicy.budgets[X], and maxRestarts (when set) is not reached. Preempted and NodeLost
+restart at once; other classes wait backoffSeconds doubled per earlier restart of that class.
 
 The operator's watchdog: while Running, a TrainingJob whose ``status.progress.updated`` is older than
 stallTimeoutSeconds + 2 x reporting.everySeconds, counted from the later of that time and the Running
@@ -59,6 +60,11 @@ from collections.abc import Mapping
 from trainop.api import manifest, operator_status, trainingjob
 from trainop.api.operator_status import MAX_FAILURE_HISTORY, Children, Failure, FailureReason, Phase
 from trainop.controller import acceptance, conditions, failures, goodput, kinds, observe
+
+# How long after a RayJob's end a worker process that died without a word (the trainer's Unknown) waits for
+# the pods' facts before it is recorded as Unknown: a container's OOMKilled status can reach the API after
+# the RayJob reports FAILED (the kubelet's status sync against Ray's detection of the dead worker).
+EVIDENCE_WAIT_S = 10.0
 
 # Phases whose entry is announced with an Event: outcomes and what a user did or must look at. Entering
 # Pending or Provisioning is progress, which the status shows; an Event for it would be one more write per
@@ -356,6 +362,15 @@ class _Evaluation:
             worker_failures=self.observed.worker_failures,
             facts=self.observed.pod_facts,
         )
+        recorded = self.status.failures
+        if (found.reason, found.source) == (FailureReason.UNKNOWN, "trainer") and ray.ended is not None:
+            # The trainer saw a worker process vanish and nothing says why yet: a container OOM-killed
+            # with it reaches the API as OOMKilled only after its kubelet's next status sync, which can
+            # come after the RayJob's end. Wait a little for the pods' account.
+            left = EVIDENCE_WAIT_S - (self.now - ray.ended).total_seconds()
+            if left > 0 and not (recorded and recorded[-1].attempt == attempt):
+                self.requeues.append(left)
+                return self._decide(apply_children=True, ray_job=ray.name)
         return self._after_failure_of(attempt, found, life)
 
     def _after_failure_of(

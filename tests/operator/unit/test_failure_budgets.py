@@ -495,6 +495,68 @@ def test_the_pods_explain_a_worker_the_trainer_saw_die_without_a_word() -> None:
     assert (found.reason, found.source) == (FailureReason.USER_CODE_ERROR, "trainer")
 
 
+def test_a_failure_nothing_explains_yet_waits_for_the_pods_then_is_unknown() -> None:
+    """The RayJob failed, the trainer saw rank 1's process die without a word, and the pods do not say why
+    yet: the operator waits up to EVIDENCE_WAIT_S after the RayJob's end (an OOM-killed container's status
+    can come after it; e2e 2026-11-27), recording nothing and keeping the RayJob; a pod fact that arrives
+    decides, else Unknown. Without the trainer's account (a RayJob that failed before training) there is
+    no wait."""
+    body = running_job()
+    failed = dataclasses.replace(
+        ray_job("mlp-a1", "FAILED", "Failed", reason="AppFailed", message="exit 1"), ended=NOW + seconds(60)
+    )
+    died = WorkerFailures.model_validate(
+        {
+            "last": [
+                {
+                    "attempt": 1,
+                    "reason": "Unknown",
+                    "message": "rank 1's worker process died: Worker exit type: SYSTEM_ERROR",
+                    "rank": 1,
+                    "time": RFC(NOW + seconds(58)),
+                }
+            ]
+        }
+    )
+    at_once = decide(body, failed, now=NOW + seconds(62))
+    assert [(f.attempt, f.reason) for f in at_once.status.failures] == [(1, "Unknown")]
+
+    waiting = decide(body, failed, now=NOW + seconds(62), worker_failures=died)
+    assert waiting.status.failures == [] and waiting.status.phase == Phase.RUNNING, waiting.status
+    assert waiting.ray_job == "mlp-a1" and not waiting.create_ray_job and waiting.failed is None
+    assert waiting.requeue_after == pytest.approx(state_machine.EVIDENCE_WAIT_S - 2)
+
+    oom = failures.pod_facts(
+        pod(
+            "mlp-a1-w-0",
+            containerStatuses=[
+                {
+                    "name": "ray-worker",
+                    "lastState": {
+                        "terminated": {
+                            "reason": "OOMKilled",
+                            "exitCode": 137,
+                            "finishedAt": RFC(NOW + seconds(57)),
+                        }
+                    },
+                }
+            ],
+        )
+    )
+    explained = decide(
+        after(body, waiting), failed, now=NOW + seconds(64), worker_failures=died, pod_facts=oom
+    )
+    assert [(f.attempt, f.reason) for f in explained.status.failures] == [(1, "OOMKilled")]
+    assert "pod mlp-a1-w-0 container ray-worker was OOMKilled (memory limit 2Gi)" in (
+        explained.status.failures[0].message
+    )
+
+    late = NOW + seconds(60 + state_machine.EVIDENCE_WAIT_S)
+    unexplained = decide(after(body, waiting), failed, now=late, worker_failures=died)
+    assert [(f.attempt, f.reason) for f in unexplained.status.failures] == [(1, "Unknown")]
+    assert unexplained.status.failures[0].message.startswith("rank 1's worker process died"), unexplained
+
+
 # ------------------------------------------------------------------------------------ stuck pods (InfraError)
 PULL = observe.Problem(
     "ImagePullBackOff", 'pod mlp-a1-head container ray-head: Back-off pulling image "nope:1"'
