@@ -31,6 +31,7 @@ classifies each attempt ``OOMKilled`` from the pod and the job fails when ``budg
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -191,31 +192,29 @@ USER_BATCH = 32
 USER_INPUT_DIM = 16
 
 
-def user_code_raising_once(document: Obj, user_code_budget: int = 1) -> list[str]:
+def with_user_code(document: Obj, config: Obj, failure_policy: Obj) -> str:
+    """Their own image running ``faulty_train:train`` with ``config`` over the base MLP settings, 3,000 steps
+    with checkpoints every 500, and ``failure_policy`` (backoff 1-2 s); returns the image."""
     image = os.environ.get(USER_IMAGE_ENV) or bed_images.USER_IMAGE
     spec = document["spec"]
     spec["image"] = image
-    spec["workload"] = {
-        "entrypoint": "faulty_train:train",
-        "config": {
-            "inputDim": USER_INPUT_DIM,
-            "hiddenDim": 64,
-            "numClasses": 10,
-            "batchSize": USER_BATCH,
-            "failAtStep": FAIL_AT_STEP,
-            "failRank": FAIL_RANK,
-            # On the job's checkpoint volume: survives the worker group's restart, so it raises once.
-            "failOnceMarker": f"/checkpoints/{document['metadata']['name']}-raised-once",
-        },
-    }
+    base = {"inputDim": USER_INPUT_DIM, "hiddenDim": 64, "numClasses": 10, "batchSize": USER_BATCH}
+    spec["workload"] = {"entrypoint": "faulty_train:train", "config": {**base, **config}}
     spec["hyperparameters"]["maxSteps"] = USER_MAX_STEPS
     spec["checkpoint"]["intervalSteps"] = USER_CHECKPOINT_EVERY
-    spec["failurePolicy"] = {
-        "backoffSeconds": 1,
-        "maxBackoffSeconds": 2,
-        "maxWorkerFailures": 2,
-        "budgets": {"userCodeError": user_code_budget},
+    spec["failurePolicy"] = {"backoffSeconds": 1, "maxBackoffSeconds": 2, **failure_policy}
+    return image
+
+
+def user_code_raising_once(document: Obj, user_code_budget: int = 1) -> list[str]:
+    config = {
+        "failAtStep": FAIL_AT_STEP,
+        "failRank": FAIL_RANK,
+        # On the job's checkpoint volume: survives the worker group's restart, so it raises once.
+        "failOnceMarker": f"/checkpoints/{document['metadata']['name']}-raised-once",
     }
+    policy = {"maxWorkerFailures": 2, "budgets": {"userCodeError": user_code_budget}}
+    image = with_user_code(document, config, policy)
     return [
         f"image={image}",
         "entrypoint=faulty_train:train",
@@ -296,10 +295,14 @@ def test_a_user_exception_is_classified_and_restarted_in_the_attempt_from_the_ch
     assert run.env.claims.read(run.namespace, run.claim, f"{run.name}-raised-once").strip(), "no marker"
 
 
-def act_user_code_raises_with_no_budget(run: Scenario) -> dict[str, Any]:
-    run.apply(MANIFEST, lambda document: user_code_raising_once(document, user_code_budget=0))
+def run_to_the_end(run: Scenario, change: Callable[[Obj], list[str]]) -> dict[str, Any]:
+    run.apply(MANIFEST, change)
     run.wait_for(lambda obj: phase(obj) == "Running", timeout_s=START_TIMEOUT_S, what="phase Running")
     return {"final": run.wait_until_finished(timeout_s=RUN_TIMEOUT_S)}
+
+
+def act_user_code_raises_with_no_budget(run: Scenario) -> dict[str, Any]:
+    return run_to_the_end(run, lambda document: user_code_raising_once(document, user_code_budget=0))
 
 
 @acts(act_user_code_raises_with_no_budget)
@@ -338,43 +341,21 @@ OOM_MIB = 4096  # twice memoryPerWorker (2Gi): the kernel's OOM killer acts at t
 
 
 def user_code_running_out_of_memory(document: Obj) -> list[str]:
-    spec = document["spec"]
-    spec["image"] = os.environ.get(USER_IMAGE_ENV) or bed_images.USER_IMAGE
-    spec["workload"] = {
-        "entrypoint": "faulty_train:train",
-        "config": {
-            "inputDim": USER_INPUT_DIM,
-            "hiddenDim": 64,
-            "numClasses": 10,
-            "batchSize": USER_BATCH,
-            "failRank": FAIL_RANK,
-            "allocateMiBAtStep": OOM_AT_STEP,
-            "allocateMiB": OOM_MIB,
-        },
-    }
-    spec["hyperparameters"]["maxSteps"] = USER_MAX_STEPS
-    spec["checkpoint"]["intervalSteps"] = USER_CHECKPOINT_EVERY
+    config = {"failRank": FAIL_RANK, "allocateMiBAtStep": OOM_AT_STEP, "allocateMiB": OOM_MIB}
     # No worker-group restarts: the rank's container dies with it, and the attempt's class is the pod's.
-    spec["failurePolicy"] = {
-        "backoffSeconds": 1,
-        "maxBackoffSeconds": 2,
-        "maxWorkerFailures": 0,
-        "budgets": {"oomKilled": 1},
-    }
+    with_user_code(document, config, {"maxWorkerFailures": 0, "budgets": {"oomKilled": 1}})
     return [
         "entrypoint=faulty_train:train",
         f"allocateMiBAtStep={OOM_AT_STEP}",
         f"allocateMiB={OOM_MIB}",
-        f"memoryPerWorker={spec['workers']['memoryPerWorker']}",
+        f"memoryPerWorker={document['spec']['workers']['memoryPerWorker']}",
         "maxWorkerFailures=0",
         "budgets.oomKilled=1",
     ]
 
 
 def act_user_code_runs_out_of_memory(run: Scenario) -> dict[str, Any]:
-    run.apply(MANIFEST, user_code_running_out_of_memory)
-    run.wait_for(lambda obj: phase(obj) == "Running", timeout_s=START_TIMEOUT_S, what="phase Running")
-    return {"final": run.wait_until_finished(timeout_s=RUN_TIMEOUT_S)}
+    return run_to_the_end(run, user_code_running_out_of_memory)
 
 
 @acts(act_user_code_runs_out_of_memory)
