@@ -26,6 +26,7 @@ import datetime
 import json
 import os
 import pathlib
+import shutil
 import statistics
 import sys
 import tempfile
@@ -204,6 +205,7 @@ def main() -> int:
     finally:
         server.stop()
         dist.destroy_process_group()
+        shutil.rmtree(work, ignore_errors=True)  # gigabytes of checkpoints per run
     return 0
 
 

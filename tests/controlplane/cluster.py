@@ -1,6 +1,7 @@
 """A real Kubernetes control plane on loopback: etcd + kube-apiserver (+ kube-controller-manager).
 
-Owns the lifecycle of one such cluster: a data dir under the system temp dir, a fresh PKI, starting the
+Owns the lifecycle of one such cluster: a data dir under the system temp dir (dirs that killed runs left
+are removed at start: ``remove_leftovers``), a fresh PKI, starting the
 processes (their flags live in ``flags.py``) on free ports, readiness (etcd /health, apiserver /readyz,
 controller-manager /healthz), installing CRDs at start (``crds.py``: ours and KubeRay's, waited until
 Established), kubeconfigs, and teardown that leaves no process behind. It also offers the handful of
@@ -39,6 +40,36 @@ from . import crds, flags, kubeconfig, pki, processes
 
 REPO_ROOT = crds.REPO_ROOT
 _PORT_RETRIES = 3
+_DATA_DIR_PREFIX = "trainop-controlplane-"
+#: In each data dir while its control plane runs: the owning test process (pid and start time).
+_OWNER_FILE = "owner"
+
+
+def _process_identity(pid: int) -> str | None:
+    """``"<pid> <start time in clock ticks>"`` of a live process, None if there is none (a reused pid
+    has another start time, so a dead owner is never mistaken for a live one)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return f"{pid} {stat.rsplit(')', 1)[1].split()[19]}"
+
+
+def remove_leftovers(parent: Path) -> list[Path]:
+    """Remove the data dirs under ``parent`` that a killed run left (its owner process is gone: a SIGKILL
+    or a crash skips ``stop``): etcd data and logs of dead clusters otherwise fill the disk, run after
+    run. Dirs of live runs and dirs kept on purpose (no owner file) stay. Returns what was removed."""
+    removed = []
+    for entry in parent.glob(f"{_DATA_DIR_PREFIX}*"):
+        try:
+            owner = (entry / _OWNER_FILE).read_text().strip()
+        except OSError:
+            continue
+        pid = owner.split(" ", 1)[0]
+        if not pid.isdigit() or _process_identity(int(pid)) != owner:
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -122,7 +153,9 @@ class ControlPlane:
         root = self.settings.root_dir
         if root is not None:
             root.mkdir(parents=True, exist_ok=True)
-        self._data_dir = Path(tempfile.mkdtemp(prefix="trainop-controlplane-", dir=root))
+        remove_leftovers(Path(root) if root is not None else Path(tempfile.gettempdir()))
+        self._data_dir = Path(tempfile.mkdtemp(prefix=_DATA_DIR_PREFIX, dir=root))
+        (self._data_dir / _OWNER_FILE).write_text(_process_identity(os.getpid()) or "")
         atexit.register(self.stop)
         try:
             self._pki = pki.generate(self.data_dir / "pki", extra_serving_ips=(self.settings.bind_address,))
@@ -148,6 +181,9 @@ class ControlPlane:
         keep = self.settings.keep_data_dir if keep_data_dir is None else keep_data_dir
         if self._data_dir is not None and not keep:
             shutil.rmtree(self._data_dir, ignore_errors=True)
+        elif self._data_dir is not None:
+            # kept on purpose (post-mortem): no longer a leftover for the next run to remove
+            (self._data_dir / _OWNER_FILE).unlink(missing_ok=True)
         atexit.unregister(self.stop)
 
     def restart(self, name: str, *, down_s: float = 0.0) -> float:
