@@ -1,6 +1,6 @@
 """Does a gloo peer blocked in DDP's gradient all-reduce give up when another rank fails? (issue #17)
 
-    .venv/bin/python bench/cpu/gloo_peer_unblock.py MODE     # MODE: destroy | abort | shutdown | release | watch
+    .venv/bin/python bench/cpu/gloo_peer_unblock.py MODE   # destroy | abort | shutdown | release | watch
 
 Two processes (gloo, a 20 s process-group timeout), each with a DDP ``Linear(100, 100)`` and a second gloo
 group (what trainop's control channel holds). Rank 1 raises at step 5; then, by MODE:
