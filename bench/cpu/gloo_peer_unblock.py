@@ -9,7 +9,7 @@ group (what trainop's control channel holds). Rank 1 raises at step 5; then, by 
 - ``abort``: rank 1 calls ``distributed_c10d._abort_process_group()``;
 - ``shutdown``: rank 1 calls ``shutdown()`` on each of its groups, then ``destroy_process_group()``;
 - ``release``: rank 1 clears the exception's frames, drops the model, destroys and collects garbage;
-- ``watch``: rank 1 destroys; rank 0 has a thread that aborts its own groups when the store says a rank failed.
+- ``watch``: rank 1 destroys; rank 0 has a thread that aborts its own groups once the store says one failed.
 
 Both ranks then meet in a new process group (a ``PrefixStore`` over the same ``TCPStore``) and train again.
 Prints when each rank saw the failure: a restart in place needs rank 0 to fail within a second, not after the
