@@ -48,7 +48,7 @@ def worker(rank: int, port: int, mode: str) -> None:
         model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(100, 100))
         stop = threading.Event()
 
-        def watch(attempt: int = attempt) -> None:
+        def watch(attempt: int = attempt, stop: threading.Event = stop) -> None:
             while not stop.is_set():
                 if store.add(f"failed-{attempt}", 0) > 0:
                     distributed_c10d._abort_process_group()
