@@ -66,7 +66,8 @@ def worker(rank: int, port: int, mode: str) -> None:
                 dist.all_reduce(torch.zeros(1), group=control)
                 time.sleep(0.01)
         except Exception as exc:
-            print(f"rank {rank}: failed after {time.monotonic() - started:.2f} s: {str(exc)[:90]}", flush=True)
+            waited = time.monotonic() - started
+            print(f"rank {rank}: failed after {waited:.2f} s: {str(exc)[:90]}", flush=True)
             store.add(f"failed-{attempt}", 1)
             stop.set()
             if mode == "abort":
