@@ -13,6 +13,12 @@ Throughput is ``steps`` steps timed between two device synchronisations after ``
 absorb compilation). Peak memory is ``torch.cuda.max_memory_allocated`` over the workload. Rank 0 prints
 one ``BARE {json}`` line per workload and appends it to ``--out``.
 
+``--data loader`` (ResNet-50 workloads): the images come as they do in a real script instead: a
+``DataLoader`` (4 worker processes, pinned memory, whole uint8 batches built in the workers from a seeded
+pool, as the trainer's synthetic images are), ``.to(device, non_blocking=True)`` and the normalisation to
+bf16 channels_last on the training stream; no side-stream prefetch. The trainer's own input path (prefetch on
+a copy stream, one fused normalisation kernel) is then measured against a loop that loads its data too.
+
 ``--no-compile`` runs ``-compile`` workloads eagerly under their own names (the suite's CPU smoke test).
 NVLink multicast stays off (``NCCL_NVLS_ENABLE=0`` and its PyTorch/NVSHMEM counterparts are set here too).
 
@@ -101,6 +107,50 @@ def build(
     return gpt, batches, lm_loss, make_adamw
 
 
+class _ImageBatches(torch.utils.data.Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    """Whole uint8 batches from a seeded pool (built in the loader's workers), like the trainer's synthetic
+    images: the loader's work is the copy into shared memory, not image decoding."""
+
+    def __init__(self, batch: int, size: int, pool: int = 64) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.batch = batch
+        self.pool = torch.randint(0, 256, (pool, 3, size, size), generator=g, dtype=torch.uint8)
+        self.labels = torch.randint(0, 1000, (pool,), generator=g)
+
+    def __len__(self) -> int:
+        return 1 << 30
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = torch.arange(index * self.batch, (index + 1) * self.batch) % len(self.pool)
+        return self.pool[rows], self.labels[rows]
+
+
+def loader_batches(device: torch.device) -> Callable[[int], tuple[torch.Tensor, torch.Tensor]]:
+    """``--data loader``: batch ``i`` from a DataLoader, copied and normalised on the training stream."""
+    cuda = device.type == "cuda"
+    loader = torch.utils.data.DataLoader(
+        _ImageBatches(RESNET_BATCH, IMAGE_SIZE),
+        batch_size=None,
+        shuffle=False,
+        num_workers=4,
+        pin_memory=cuda,
+        persistent_workers=True,
+        prefetch_factor=4,
+    )
+    source = iter(loader)
+    mean = torch.tensor([0.485, 0.456, 0.406], device=device).view(1, 3, 1, 1) * 255
+    std = torch.tensor([0.229, 0.224, 0.225], device=device).view(1, 3, 1, 1) * 255
+
+    def batch(i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        images, labels = next(source)
+        images = images.to(device, non_blocking=True)
+        labels = labels.to(device, non_blocking=True)
+        x = ((images.float() - mean) / std).contiguous(memory_format=torch.channels_last)
+        return x, labels
+
+    return batch
+
+
 def gpt_flops_per_token(model: nn.Module, sequence_length: int) -> tuple[int, float]:
     """(N, FLOPs per token) of one training step: 6 N + 12 L H Q T (PaLM appendix B; N without the
     position embedding; H Q = embedding width; T = sequence length; causal masking not discounted)."""
@@ -120,8 +170,11 @@ def run_one(
     compile_: bool = True,
     trace_steps: int = 0,
     trace_dir: pathlib.Path | None = None,
+    data: str = "device",
 ) -> dict[str, Any]:
     model, batches, loss_fn, make_optimizer = build(name, device)
+    from_loader = data == "loader" and name.startswith("resnet50")
+    next_batch = loader_batches(device) if from_loader else (lambda i: batches[i % len(batches)])
     use_ddp = not (no_ddp_at_1 and world_size == 1)
     wrapped: nn.Module = (
         DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -147,7 +200,7 @@ def run_one(
     first_step_s = 0.0
 
     def step(i: int) -> torch.Tensor:
-        inputs, targets = batches[i % len(batches)]
+        inputs, targets = next_batch(i)
         with torch.profiler.record_function("bare.forward_backward"):
             with torch.autocast(device_type=device.type, dtype=dtype):
                 loss = loss_fn(train_model(inputs), targets)
@@ -176,6 +229,7 @@ def run_one(
     samples_per_second = steps * batch * world_size / seconds
     result: dict[str, Any] = {
         "impl": "bare",
+        "data": "loader" if from_loader else "device",
         "workload": name,
         "world_size": world_size,
         "ddp": use_ddp,
@@ -250,6 +304,9 @@ def main() -> int:
     parser.add_argument("--trace-dir", default=None, help="where the traces go (with --trace-steps)")
     parser.add_argument("--trace-workload", default="resnet50", help="the workload to profile")
     parser.add_argument("--device-index", type=int, default=None, help="use cuda:I, not cuda:LOCAL_RANK")
+    parser.add_argument(
+        "--data", choices=("device", "loader"), default="device", help="ResNet-50's images: see the docstring"
+    )
     args = parser.parse_args()
     # NVLink multicast off, whoever started this (the device machines' GPUs are shared).
     os.environ.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
@@ -277,6 +334,7 @@ def main() -> int:
             compile_=not args.no_compile,
             trace_steps=args.trace_steps if name == args.trace_workload else 0,
             trace_dir=pathlib.Path(args.trace_dir) if args.trace_dir else None,
+            data=args.data,
         )
         release_memory(device)
         if rank == 0:
