@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, default_collate
 
+from trainop_trainer import switches
+
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
@@ -99,6 +101,10 @@ class DeviceBatches:
                 batch = next(source)
             except StopIteration:
                 return None
+            if switches.prefetch_mode() == "after":
+                # Not before the training stream's queued work (the previous step, its all-reduce): the
+                # copy and normalisation then overlap this step's forward, not NCCL (switches.py).
+                stream.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(stream):
                 return self.to_device(batch, self.device)
 

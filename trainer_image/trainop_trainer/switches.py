@@ -13,6 +13,11 @@ on every rank at once:
   before issue #21 — a layout copy, a float conversion, an in-place subtraction and division, float32 out (the
   first convolution casts it on the training stream). ``lean`` and ``f32`` compute ``(x - mean) / std`` in
   float32, so their values are the same. On the CPU all three give ``lean``'s float32 values.
+- ``prefetch`` (``data.DeviceBatches``): when the next batch's copy and normalisation may run on the copy
+  stream. ``after`` (default): once the training stream has done the work queued before it (the previous
+  step, its backward and DDP's gradient all-reduce included), so it overlaps the current step's forward and
+  never the all-reduce; ``eager``: at once, which, with the host a step ahead of the GPU, lands on the
+  previous step's backward and competes with NCCL (the 2-GPU gap of docs/benchmarks-gpu.md, issue #21).
 - ``control_every`` (``step_schedule.StepSchedule``): exchange the control flags every N steps (default 1,
   every step). With N > 1 every rank exchanges at the steps divisible by N, so they still agree; a clock or a
   signal is acted on up to 2N steps later instead of one.
@@ -30,7 +35,10 @@ from trainop_trainer import config as config_module
 
 ENV = config_module.SWITCHES_ENV
 INPUT_MODES = ("fused", "lean", "f32")
-DEFAULTS: dict[str, str | int] = {"input": "fused", "control_every": 1}
+PREFETCH_MODES = ("after", "eager")
+DEFAULTS: dict[str, str | int] = {"input": "fused", "prefetch": "after", "control_every": 1}
+
+_CHOICES = {"input": INPUT_MODES, "prefetch": PREFETCH_MODES}
 
 # The values in force (module state, read at every use).
 values: dict[str, str | int] = dict(DEFAULTS)
@@ -48,9 +56,9 @@ def parse(text: str) -> dict[str, str | int]:
             raise ValueError(
                 f"{ENV}: {pair.strip()!r} is not a switch; use {', '.join(f'{k}=...' for k in DEFAULTS)}"
             )
-        if key == "input":
-            if raw not in INPUT_MODES:
-                raise ValueError(f"{ENV}: input={raw!r}; choose one of {', '.join(INPUT_MODES)}")
+        if key in _CHOICES:
+            if raw not in _CHOICES[key]:
+                raise ValueError(f"{ENV}: {key}={raw!r}; choose one of {', '.join(_CHOICES[key])}")
             parsed[key] = raw
         else:
             if not raw.isdigit() or int(raw) < 1:
@@ -77,6 +85,10 @@ def describe() -> str:
 
 def input_mode() -> str:
     return str(values["input"])
+
+
+def prefetch_mode() -> str:
+    return str(values["prefetch"])
 
 
 def control_every() -> int:
