@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue #21, round 3 (docs/benchmarks-gpu.md): the whole 1/2-GPU comparison with the trainer's prefetch after
-# the previous step (switches.py `prefetch=after`, the default) and an A/B against `prefetch=eager` in the same
+# Issue #21, round 3 (docs/benchmarks-gpu.md): the whole 1/2-GPU comparison with an A/B of the trainer's prefetch
+# (switches.py: `prefetch=eager`, the default, against `prefetch=after`; `after` was the default when it ran) in the same
 # processes, then the bare reference that loads its data (bare_ddp.py --data loader), in one device call:
 #   run(command="bash bench/gpu/i21_prefetch.sh", kind="nvidia-h100-x2", carry=[".whl"], timeout_s=590)
 set -uo pipefail
@@ -8,7 +8,7 @@ cd "$(dirname "$0")/../.."
 O=${OUT:-$PWD/out/gpu}
 mkdir -p "$O"
 t0=$(date +%s)
-OUT=$O/suite DEADLINE_S=${SUITE_S:-470} bash bench/gpu/run_all.sh --gpus 1,2 --ab-variants default,prefetch=eager \
+OUT=$O/suite DEADLINE_S=${SUITE_S:-470} bash bench/gpu/run_all.sh --gpus 1,2 --ab-variants default,prefetch=after \
   --only bare2,ray2-resnet50,bare1,ray1-resnet50,ray2-resnet50-compile,ray1-resnet50-compile,ray2-gpt-compile,ray1-gpt-compile,ladder2 \
   > "$O/suite.txt" 2>&1
 echo "== suite done at $(( $(date +%s) - t0 )) s"

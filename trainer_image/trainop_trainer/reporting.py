@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from trainop_trainer import distributed, metrics
+from trainop_trainer import distributed, metrics, switches
 from trainop_trainer.status import StatusReporter
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,8 @@ class ReportWindow:
         self._start_step = 0
         self._last_samples_per_second: float | None = None
         self.last_loss: float | None = None  # the last published (rank-averaged) loss
+        # switches report_sync=lagged: the previous window's loss sum in pinned memory, its event, its count
+        self._staged: tuple[torch.Tensor, Any, int] | None = None
 
     def restart(self, step: int) -> None:
         """Begin a window at ``step`` now (training starts or resumes there)."""
@@ -82,8 +84,16 @@ class ReportWindow:
         """The window's report, and a new window from now (the report's own cost counts against it).
 
         The loss is read first: that waits for the device to finish the window's steps, so the window's time
-        is the device's, not how far ahead of it the host happened to be."""
-        local_loss = float(self._loss_sum.item()) / self._loss_count if self._loss_count else self.last_loss
+        is the device's, not how far ahead of it the host happened to be (``switches`` ``report_sync=lagged``
+        reads the previous window's loss instead, without waiting; the last report of a run waits)."""
+        final = total_steps is not None and step >= total_steps
+        if self._loss_sum.is_cuda and switches.report_sync() == "lagged" and not final:
+            local_loss = self._lagged_loss()
+        else:
+            self._staged = None
+            local_loss = self.last_loss
+            if self._loss_count:
+                local_loss = float(self._loss_sum.item()) / self._loss_count
         now = time.perf_counter()
         elapsed = max(now - self._start, 1e-9)
         steps = step - self._start_step
@@ -104,6 +114,23 @@ class ReportWindow:
         self.restart(step)
         self._start = now
         return stats
+
+    def _lagged_loss(self) -> float | None:
+        """``report_sync=lagged``: stage this window's loss sum (a copy to pinned memory behind an event, no
+        wait) and return the previous window's, whose event is long done (a report ago)."""
+        staged = None
+        if self._loss_count:
+            host = torch.empty((), dtype=torch.float32, pin_memory=True)
+            host.copy_(self._loss_sum, non_blocking=True)
+            event = torch.cuda.Event()  # type: ignore[no-untyped-call]
+            event.record()
+            staged = (host, event, self._loss_count)
+        previous, self._staged = self._staged, staged
+        if previous is None:
+            return self.last_loss
+        host, event, count = previous
+        event.synchronize()
+        return float(host) / count
 
 
 class ProgressReports:

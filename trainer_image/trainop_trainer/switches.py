@@ -14,10 +14,15 @@ on every rank at once:
   first convolution casts it on the training stream). ``lean`` and ``f32`` compute ``(x - mean) / std`` in
   float32, so their values are the same. On the CPU all three give ``lean``'s float32 values.
 - ``prefetch`` (``data.DeviceBatches``): when the next batch's copy and normalisation may run on the copy
-  stream. ``after`` (default): once the training stream has done the work queued before it (the previous
-  step, its backward and DDP's gradient all-reduce included), so it overlaps the current step's forward and
-  never the all-reduce; ``eager``: at once, which, with the host a step ahead of the GPU, lands on the
-  previous step's backward and competes with NCCL (the 2-GPU gap of docs/benchmarks-gpu.md, issue #21).
+  stream. ``eager`` (default): at once. ``after``: once the training stream has done the work queued before
+  it (the previous step, its backward and DDP's all-reduce), so that it overlaps the current step's forward
+  and never the all-reduce. ``after`` was the hypothesis for the 2-GPU gap (issue #21) and measured 1.6 %
+  slower than ``eager`` in the same processes (2x H200, 2026-11-27, docs/benchmarks-gpu.md).
+- ``report_sync`` (``reporting.ReportWindow``): how a report window reads its loss. ``device`` (default):
+  ``.item()`` on the window's summed loss, which waits for the GPU, so the window's time is the device's.
+  ``lagged``: the loss sum is copied to pinned memory behind an event and read at the next report (the
+  loss a report shows is the previous window's; the last report of a run waits); samples/s by the host
+  clock. Nothing in the loop waits for the GPU then, as in a bare DDP loop.
 - ``control_every`` (``step_schedule.StepSchedule``): exchange the control flags every N steps (default 1,
   every step). With N > 1 every rank exchanges at the steps divisible by N, so they still agree; a clock or a
   signal is acted on up to 2N steps later instead of one.
@@ -35,10 +40,16 @@ from trainop_trainer import config as config_module
 
 ENV = config_module.SWITCHES_ENV
 INPUT_MODES = ("fused", "lean", "f32")
-PREFETCH_MODES = ("after", "eager")
-DEFAULTS: dict[str, str | int] = {"input": "fused", "prefetch": "after", "control_every": 1}
+PREFETCH_MODES = ("eager", "after")
+REPORT_SYNC_MODES = ("device", "lagged")
+DEFAULTS: dict[str, str | int] = {
+    "input": "fused",
+    "prefetch": "eager",
+    "report_sync": "device",
+    "control_every": 1,
+}
 
-_CHOICES = {"input": INPUT_MODES, "prefetch": PREFETCH_MODES}
+_CHOICES = {"input": INPUT_MODES, "prefetch": PREFETCH_MODES, "report_sync": REPORT_SYNC_MODES}
 
 # The values in force (module state, read at every use).
 values: dict[str, str | int] = dict(DEFAULTS)
@@ -89,6 +100,10 @@ def input_mode() -> str:
 
 def prefetch_mode() -> str:
     return str(values["prefetch"])
+
+
+def report_sync() -> str:
+    return str(values["report_sync"])
 
 
 def control_every() -> int:
