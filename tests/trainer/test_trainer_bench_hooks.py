@@ -76,7 +76,7 @@ def test_a_trace_window_records_the_asked_steps_and_the_loops_sections_on_every_
         assert f"trainop.{part}" in names
     facts = json.loads((trace_dir / "rank0.env.json").read_text())
     assert facts["traced_steps"] == 3 and facts["world_size"] == 1 and facts["torch_threads"] >= 1
-    assert facts["switches"] == "control_every=1,input=fused,prefetch=eager,report_sync=device"
+    assert facts["switches"] == "control_every=1,input=fused,prefetch=eager,report_sync=lagged"
 
 
 def test_ab_blocks_switch_at_the_asked_steps_log_each_block_and_compute_the_same_model(
@@ -178,8 +178,8 @@ def test_fused_image_input_is_within_float32_rounding_of_the_reference_in_layout
     # Rounded once to bf16: at most one bf16 step from the exact value rounded to bf16.
     assert (low.double() - reference.to(torch.bfloat16).double()).abs().max() <= 2**-7 * 3
     assert switches.DEFAULTS["input"] == "fused" and switches.parse("input=lean") == {"input": "lean"}
-    assert switches.DEFAULTS["prefetch"] == "eager" and switches.DEFAULTS["report_sync"] == "device"
-    assert switches.parse("prefetch=after+report_sync=lagged") == {
+    assert switches.DEFAULTS["prefetch"] == "eager" and switches.DEFAULTS["report_sync"] == "lagged"
+    assert switches.parse("prefetch=after+report_sync=device") == {
         "prefetch": "after",
-        "report_sync": "lagged",
+        "report_sync": "device",
     }

@@ -52,8 +52,13 @@ class ReportWindow:
         self._start_step = 0
         self._last_samples_per_second: float | None = None
         self.last_loss: float | None = None  # the last published (rank-averaged) loss
-        # switches report_sync=lagged: the previous window's loss sum in pinned memory, its event, its count
-        self._staged: tuple[torch.Tensor, Any, int] | None = None
+        # Lagged windows (CUDA, switches report_sync=lagged): the start event of this window and the
+        # previous window staged for the next report.
+        self._start_event: Any = None
+        self._staged: _Staged | None = None
+
+    def _lagged(self) -> bool:
+        return self._loss_sum.is_cuda and switches.report_sync() == "lagged"
 
     def restart(self, step: int) -> None:
         """Begin a window at ``step`` now (training starts or resumes there)."""
@@ -62,6 +67,8 @@ class ReportWindow:
         self._samples = 0
         self._start = time.perf_counter()
         self._start_step = step
+        self._staged = None
+        self._start_event = _timing_event() if self._lagged() else None
 
     def add_loss(self, loss: torch.Tensor | float) -> None:
         """One loss value (a micro-batch's or a step's); device tensors stay on the device."""
@@ -83,54 +90,94 @@ class ReportWindow:
     def close(self, *, step: int, total_steps: int | None) -> WindowStats:
         """The window's report, and a new window from now (the report's own cost counts against it).
 
-        The loss is read first: that waits for the device to finish the window's steps, so the window's time
-        is the device's, not how far ahead of it the host happened to be (``switches`` ``report_sync=lagged``
-        reads the previous window's loss instead, without waiting; the last report of a run waits)."""
-        final = total_steps is not None and step >= total_steps
-        if self._loss_sum.is_cuda and switches.report_sync() == "lagged" and not final:
-            local_loss = self._lagged_loss()
-        else:
-            self._staged = None
-            local_loss = self.last_loss
-            if self._loss_count:
-                local_loss = float(self._loss_sum.item()) / self._loss_count
+        On the CPU, and on CUDA with ``switches`` ``report_sync=device``, and for the last report of a run:
+        the loss is read first, which waits for the device to finish the window's steps, so the window's
+        time is the device's, not how far ahead of it the host happened to be. On CUDA by default
+        (``report_sync=lagged``) nothing waits: the report gives the previous window's loss and rate
+        (``_close_lagged``)."""
+        if self._lagged() and not (total_steps is not None and step >= total_steps):
+            return self._close_lagged(step=step, total_steps=total_steps)
+        local_loss = self.last_loss
+        if self._loss_count:
+            local_loss = float(self._loss_sum.item()) / self._loss_count
         now = time.perf_counter()
         elapsed = max(now - self._start, 1e-9)
         steps = step - self._start_step
         if self._samples:
             self._last_samples_per_second = self._samples * self.world_size / elapsed
-        if total_steps is None:
-            eta = None
-        elif steps > 0:
-            eta = max(0, total_steps - step) * elapsed / steps
-        else:
-            eta = 0.0 if step >= total_steps else None
         stats = WindowStats(
             step=step,
             local_loss=local_loss,
             samples_per_second=self._last_samples_per_second,
-            eta_seconds=eta,
+            eta_seconds=_eta(step, total_steps, elapsed, steps),
         )
         self.restart(step)
         self._start = now
         return stats
 
-    def _lagged_loss(self) -> float | None:
-        """``report_sync=lagged``: stage this window's loss sum (a copy to pinned memory behind an event, no
-        wait) and return the previous window's, whose event is long done (a report ago)."""
-        staged = None
+    def _close_lagged(self, *, step: int, total_steps: int | None) -> WindowStats:
+        """Stage this window (its loss sum copied to pinned memory and an event recorded after its steps, on
+        the training stream: no wait) and report the previous one, staged a report ago and long done on the
+        GPU: its loss, and its rate over the device time between its two events. The first report of a run
+        has no previous window: it repeats the last known values (none at the very start)."""
+        host = None
         if self._loss_count:
             host = torch.empty((), dtype=torch.float32, pin_memory=True)
             host.copy_(self._loss_sum, non_blocking=True)
-            event = torch.cuda.Event()  # type: ignore[no-untyped-call]
-            event.record()
-            staged = (host, event, self._loss_count)
-        previous, self._staged = self._staged, staged
-        if previous is None:
-            return self.last_loss
-        host, event, count = previous
-        event.synchronize()
-        return float(host) / count
+        end = _timing_event()
+        staged = _Staged(
+            loss_sum=host,
+            count=self._loss_count,
+            samples=self._samples,
+            steps=step - self._start_step,
+            start=self._start_event,
+            end=end,
+        )
+        previous = self._staged
+        self.restart(step)  # the next window starts where this one ends
+        self._start_event, self._staged = end, staged
+        local_loss, eta = self.last_loss, None
+        if previous is not None:
+            previous.end.synchronize()
+            if previous.loss_sum is not None and previous.count:
+                local_loss = float(previous.loss_sum) / previous.count
+            if previous.start is not None:
+                seconds = max(previous.start.elapsed_time(previous.end) / 1e3, 1e-9)
+                if previous.samples:
+                    self._last_samples_per_second = previous.samples * self.world_size / seconds
+                eta = _eta(step, total_steps, seconds, previous.steps)
+        return WindowStats(
+            step=step,
+            local_loss=local_loss,
+            samples_per_second=self._last_samples_per_second,
+            eta_seconds=eta,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Staged:
+    """A closed window whose numbers are still on the GPU (``report_sync=lagged``)."""
+
+    loss_sum: torch.Tensor | None  # pinned host memory, written by a copy behind ``end``
+    count: int
+    samples: int
+    steps: int
+    start: Any  # torch.cuda.Event (timing) or None
+    end: Any
+
+
+def _timing_event() -> Any:
+    event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+    event.record()
+    return event
+
+
+def _eta(step: int, total_steps: int | None, seconds: float, steps: int) -> float | None:
+    if total_steps is None:
+        return None
+    if steps > 0:
+        return max(0, total_steps - step) * seconds / steps
+    return 0.0 if step >= total_steps else None
 
 
 class ProgressReports:

@@ -18,11 +18,12 @@ on every rank at once:
   it (the previous step, its backward and DDP's all-reduce), so that it overlaps the current step's forward
   and never the all-reduce. ``after`` was the hypothesis for the 2-GPU gap (issue #21) and measured 1.6 %
   slower than ``eager`` in the same processes (2x H200, 2026-11-27, docs/benchmarks-gpu.md).
-- ``report_sync`` (``reporting.ReportWindow``): how a report window reads its loss. ``device`` (default):
-  ``.item()`` on the window's summed loss, which waits for the GPU, so the window's time is the device's.
-  ``lagged``: the loss sum is copied to pinned memory behind an event and read at the next report (the
-  loss a report shows is the previous window's; the last report of a run waits); samples/s by the host
-  clock. Nothing in the loop waits for the GPU then, as in a bare DDP loop.
+- ``report_sync`` (``reporting.ReportWindow``, CUDA only): how a report window reads its numbers.
+  ``lagged`` (default): nothing waits for the GPU; the window's loss sum is copied to pinned memory behind an
+  event and a report gives the previous window's loss and rate (the rate over the device time between the
+  window's two events); the last report of a run waits and gives its own. ``device``: ``.item()`` on the
+  window's loss, which waits for the GPU; the host then starts the next steps with an empty queue. Measured
+  (2x H200, 2026-11-27, docs/benchmarks-gpu.md): ``lagged`` 1.07 % faster in the same processes.
 - ``control_every`` (``step_schedule.StepSchedule``): exchange the control flags every N steps (default 1,
   every step). With N > 1 every rank exchanges at the steps divisible by N, so they still agree; a clock or a
   signal is acted on up to 2N steps later instead of one.
@@ -41,11 +42,11 @@ from trainop_trainer import config as config_module
 ENV = config_module.SWITCHES_ENV
 INPUT_MODES = ("fused", "lean", "f32")
 PREFETCH_MODES = ("eager", "after")
-REPORT_SYNC_MODES = ("device", "lagged")
+REPORT_SYNC_MODES = ("lagged", "device")
 DEFAULTS: dict[str, str | int] = {
     "input": "fused",
     "prefetch": "eager",
-    "report_sync": "device",
+    "report_sync": "lagged",
     "control_every": 1,
 }
 
