@@ -81,7 +81,10 @@ WARMUP = 20
 STEPS = 60
 REPORT_EVERY = 10
 TIME = r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})"
-STEP_LINE = re.compile(TIME + r" rank0 \S+ INFO: step (\d+)/\d+ epoch \d+ loss \S+ ([\d.]+|-) samples/s")
+STEP_LINE = re.compile(
+    TIME + r" rank0 \S+ INFO: step (\d+)/\d+ epoch \d+ loss \S+ ([\d.]+|-) samples/s"
+    r"(?: \(window of steps (\d+)-(\d+)\))?"  # a lagged report (switches report_sync) gives its window
+)
 PROBE_LINE = re.compile(r"all-reduce probe: ([\d.]+) GB/s bus bandwidth \((\d+) MiB")
 CKPT_LINE = re.compile(r"checkpoint step (\d+): ([\d.]+)s on the training thread")
 KILL_LINE = re.compile(
@@ -798,7 +801,11 @@ def parse_trainer_log(text: str, *, workload: str, gpus: int, warmup: int, last:
     for match in STEP_LINE.finditer(text):
         step = int(match.group(2))
         rate = match.group(3)
-        if step > previous and rate != "-":
+        if match.group(4) is not None:  # the rate of an earlier window, named in the line
+            first, last_of_window = int(match.group(4)), int(match.group(5))
+            if last_of_window > first and rate != "-" and all(w[1] != last_of_window for w in windows):
+                windows.append((first, last_of_window, float(rate)))
+        elif step > previous and rate != "-":
             windows.append((previous, step, float(rate)))
         previous = max(previous, step)
     timed = [(a, b, r) for a, b, r in windows if a >= warmup and b <= last]

@@ -38,6 +38,8 @@ class WindowStats:
     local_loss: float | None
     samples_per_second: float | None
     eta_seconds: float | None
+    # The steps (from, to] the loss and rate are of when they are not this report's window (lagged reports).
+    covers: tuple[int, int] | None = None
 
 
 class ReportWindow:
@@ -129,6 +131,7 @@ class ReportWindow:
             loss_sum=host,
             count=self._loss_count,
             samples=self._samples,
+            first_step=self._start_step,
             steps=step - self._start_step,
             start=self._start_event,
             end=end,
@@ -136,8 +139,9 @@ class ReportWindow:
         previous = self._staged
         self.restart(step)  # the next window starts where this one ends
         self._start_event, self._staged = end, staged
-        local_loss, eta = self.last_loss, None
+        local_loss, eta, covers = self.last_loss, None, None
         if previous is not None:
+            covers = (previous.first_step, previous.first_step + previous.steps)
             previous.end.synchronize()
             if previous.loss_sum is not None and previous.count:
                 local_loss = float(previous.loss_sum) / previous.count
@@ -151,6 +155,7 @@ class ReportWindow:
             local_loss=local_loss,
             samples_per_second=self._last_samples_per_second,
             eta_seconds=eta,
+            covers=covers,
         )
 
 
@@ -161,6 +166,7 @@ class _Staged:
     loss_sum: torch.Tensor | None  # pinned host memory, written by a copy behind ``end``
     count: int
     samples: int
+    first_step: int
     steps: int
     start: Any  # torch.cuda.Event (timing) or None
     end: Any
@@ -260,12 +266,13 @@ class ProgressReports:
             self._metrics.samples_per_second.set(sps)
         if self._ctx.is_rank0:
             log.info(
-                "step %d/%s epoch %d loss %s %s samples/s",
+                "step %d/%s epoch %d loss %s %s samples/s%s",
                 step,
                 total_steps if total_steps is not None else "?",
                 epoch,
                 "-" if loss is None else f"{loss:.4f}",
                 "-" if sps is None else f"{sps:.1f}",
+                "" if stats.covers is None else f" (window of steps {stats.covers[0]}-{stats.covers[1]})",
             )
         if self._status is not None:
             self._status.progress(
