@@ -2,8 +2,7 @@
 
 Driver (``run``): ``ScalingConfig`` from ``config.scaling_for`` (one worker per GPU),
 ``RunConfig(name=runName, storage_path=storagePath, failure_config=FailureConfig(max_failures=0))``,
-``ray_backend.DeviceBoundTorchConfig(timeout_s=stallTimeoutSeconds + 60)`` (each worker's process group
-set up on its own GPU); with checkpoints in a bucket, ``storage_path`` is
+``TorchConfig(timeout_s=stallTimeoutSeconds + 60)``; with checkpoints in a bucket, ``storage_path`` is
 ``bucket/prefix`` on a pyarrow ``S3FileSystem`` (``storage_filesystem``), so Ray Train's own files go where
 the checkpoints go and no Ray node needs a shared volume (``__main__`` first runs ``check_storage``: a test
 object written where the checkpoints go, the verdict reported as ``status.storage``). Failures inside an
@@ -288,8 +287,12 @@ def torch_trainer(
         heartbeat_store=heartbeat_store,
         attempt_try=attempt_try,
     )
-    from trainop_trainer import ray_backend
+    torch_config: dict[str, Any] = {}
+    pg_timeout = process_group_timeout_s(spec.failure_policy)
+    if pg_timeout is not None:
+        from ray.train.torch import TorchConfig
 
+        torch_config["torch_config"] = TorchConfig(timeout_s=pg_timeout)
     if max_failures is None:
         max_failures = spec.failure_policy.max_worker_failures
     where: dict[str, Any] = {"storage_path": config.storage_path}
@@ -311,7 +314,7 @@ def torch_trainer(
             worker_runtime_env={"env_vars": worker_env(config)},
             callbacks=list(callbacks),
         ),  # type: ignore[call-arg]  # (mypy sees Ray Train V1's RunConfig; V2's has worker_runtime_env)
-        torch_config=ray_backend.torch_config(process_group_timeout_s(spec.failure_policy)),
+        **torch_config,
     )
 
 
