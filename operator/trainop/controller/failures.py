@@ -183,6 +183,13 @@ def remember(
     return tuple(out)
 
 
+def where(rank: int | None, step: int | None) -> str:
+    """`` (rank 1, step 42)``, `` (rank 1)`` when the rank failed before its first step, "" without a rank."""
+    if rank is None:
+        return ""
+    return f" (rank {rank})" if step is None else f" (rank {rank}, step {step})"
+
+
 def classify(
     *,
     attempt: int,
@@ -200,8 +207,9 @@ def classify(
     entry = _ending_entry(attempt, worker_failures)
     trainers: Classification | None = None
     if entry is not None:
-        where = f" (rank {entry.rank}, step {entry.step})" if entry.rank is not None else ""
-        trainers = Classification(as_reason(entry.reason), f"{entry.message}{where}", "trainer")
+        trainers = Classification(
+            as_reason(entry.reason), f"{entry.message}{where(entry.rank, entry.step)}", "trainer"
+        )
         if trainers.reason != FailureReason.UNKNOWN:
             return trainers
     # The trainer saw a worker die without a word (Unknown): the pods may say why (OOM, a lost node).

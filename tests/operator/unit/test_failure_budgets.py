@@ -625,3 +625,9 @@ def test_the_stuck_pod_timeout_has_a_documented_default_and_floor() -> None:
     assert FailurePolicy().stuck_pod_timeout_seconds == 600
     with pytest.raises(ValueError, match="greater than or equal to 30"):
         FailurePolicy.model_validate({"stuckPodTimeoutSeconds": 29})
+
+
+def test_a_trainer_entry_names_the_rank_and_the_step_it_has() -> None:
+    assert failures.where(1, 42) == " (rank 1, step 42)"
+    assert failures.where(1, None) == " (rank 1)"  # failed before its first step: no "step None"
+    assert failures.where(None, 42) == ""
