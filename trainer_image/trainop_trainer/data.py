@@ -96,24 +96,28 @@ class DeviceBatches:
         stream = torch.cuda.Stream(device=self.device)  # type: ignore[no-untyped-call]
         source = iter(self.loader)
 
-        def load() -> Batch | None:
+        def load(previous: Batch | None) -> Batch | None:
             try:
                 batch = next(source)
             except StopIteration:
                 return None
-            if switches.prefetch_mode() == "after":
+            mode = switches.prefetch_mode()
+            if mode == "repeat" and previous is not None:
+                return previous  # a diagnostic (switches.py): the previous device batch again
+            if mode == "after":
                 # Not before the training stream's queued work (the previous step, its all-reduce): an
                 # alternative measured slower than the default (switches.py).
                 stream.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(stream):
                 return self.to_device(batch, self.device)
 
-        upcoming = load()
+        upcoming = load(None)
         while upcoming is not None:
             current_stream = torch.cuda.current_stream(self.device)
             current_stream.wait_stream(stream)
             ready: Sequence[torch.Tensor] = upcoming
             for tensor in ready:
                 tensor.record_stream(current_stream)
-            upcoming = load()
-            yield ready[0], ready[1]
+            current = (ready[0], ready[1])
+            upcoming = load(current)
+            yield current

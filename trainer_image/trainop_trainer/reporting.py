@@ -62,15 +62,18 @@ class ReportWindow:
     def _lagged(self) -> bool:
         return self._loss_sum.is_cuda and switches.report_sync() == "lagged"
 
-    def restart(self, step: int) -> None:
-        """Begin a window at ``step`` now (training starts or resumes there)."""
+    def restart(self, step: int, *, start_event: Any = None) -> None:
+        """Begin a window at ``step`` now (training starts or resumes there); lagged windows start at
+        ``start_event`` when one is given (the previous window's end), else at an event recorded now."""
         self._loss_sum.zero_()
         self._loss_count = 0
         self._samples = 0
         self._start = time.perf_counter()
         self._start_step = step
         self._staged = None
-        self._start_event = _timing_event() if self._lagged() else None
+        if start_event is None and self._lagged():
+            start_event = _timing_event()
+        self._start_event = start_event
 
     def add_loss(self, loss: torch.Tensor | float) -> None:
         """One loss value (a micro-batch's or a step's); device tensors stay on the device."""
@@ -96,14 +99,20 @@ class ReportWindow:
         the loss is read first, which waits for the device to finish the window's steps, so the window's
         time is the device's, not how far ahead of it the host happened to be. On CUDA by default
         (``report_sync=lagged``) nothing waits: the report gives the previous window's loss and rate
-        (``_close_lagged``)."""
+        (``_close_lagged``); the last report of a run waits, and times its window between CUDA events like
+        the others (its host clock started while the host was ahead of the device: wall time would count
+        that lead against the window)."""
         if self._lagged() and not (total_steps is not None and step >= total_steps):
             return self._close_lagged(step=step, total_steps=total_steps)
+        end_event = None if self._start_event is None else _timing_event()
         local_loss = self.last_loss
         if self._loss_count:
             local_loss = float(self._loss_sum.item()) / self._loss_count
         now = time.perf_counter()
         elapsed = max(now - self._start, 1e-9)
+        if end_event is not None:
+            end_event.synchronize()
+            elapsed = max(self._start_event.elapsed_time(end_event) / 1e3, 1e-9)
         steps = step - self._start_step
         if self._samples:
             self._last_samples_per_second = self._samples * self.world_size / elapsed
@@ -137,8 +146,8 @@ class ReportWindow:
             end=end,
         )
         previous = self._staged
-        self.restart(step)  # the next window starts where this one ends
-        self._start_event, self._staged = end, staged
+        self.restart(step, start_event=end)  # the next window starts where this one ends
+        self._staged = staged
         local_loss, eta, covers = self.last_loss, None, None
         if previous is not None:
             covers = (previous.first_step, previous.first_step + previous.steps)

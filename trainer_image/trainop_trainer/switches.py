@@ -17,7 +17,9 @@ on every rank at once:
   stream. ``eager`` (default): at once. ``after``: once the training stream has done the work queued before
   it (the previous step, its backward and DDP's all-reduce), so that it overlaps the current step's forward
   and never the all-reduce. ``after`` was the hypothesis for the 2-GPU gap (issue #21) and measured 1.6 %
-  slower than ``eager`` in the same processes (2x H200, 2026-11-27, docs/benchmarks-gpu.md).
+  slower than ``eager`` in the same processes (2x H200, 2026-11-27, docs/benchmarks-gpu.md). ``repeat`` is a
+  diagnostic, not an equal computation: the loader is still read, but the step trains on the previous
+  device batch again (no copy, no normalisation), so an A/B block shows what the input path costs the GPU.
 - ``report_sync`` (``reporting.ReportWindow``, CUDA only): how a report window reads its numbers.
   ``lagged`` (default): nothing waits for the GPU; the window's loss sum is copied to pinned memory behind an
   event and a report gives the previous window's loss and rate (the rate over the device time between the
@@ -41,7 +43,7 @@ from trainop_trainer import config as config_module
 
 ENV = config_module.SWITCHES_ENV
 INPUT_MODES = ("fused", "lean", "f32")
-PREFETCH_MODES = ("eager", "after")
+PREFETCH_MODES = ("eager", "after", "repeat")
 REPORT_SYNC_MODES = ("lagged", "device")
 DEFAULTS: dict[str, str | int] = {
     "input": "fused",

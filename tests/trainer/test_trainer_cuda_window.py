@@ -1,0 +1,94 @@
+"""The report window and the input path on a CUDA device.
+
+``gpu``-marked: skipped (the only skip the tier gate allows) where there is no GPU, and run on the lent GPU
+machine with the benchmark calls (docs/benchmarks-gpu.md, "Round 4"):
+``python3 -m pytest -o addopts= --noconftest -p no:cacheprovider tests/trainer/test_trainer_cuda_window.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from trainop_trainer import switches
+from trainop_trainer.data import Batch, DeviceBatches
+from trainop_trainer.reporting import ReportWindow
+
+pytestmark = pytest.mark.gpu
+
+CUDA = torch.device("cuda")
+# About 0.2 s of a spinning kernel on an H100/H200 (torch.cuda._sleep counts clock cycles).
+LONG_KERNEL_CYCLES = 400_000_000
+
+
+@pytest.fixture(autouse=True)
+def default_switches() -> Iterator[None]:
+    switches.reset()
+    yield
+    switches.reset()
+
+
+def test_lagged_reports_give_the_previous_window_and_the_last_report_its_own() -> None:
+    window = ReportWindow(world_size=2, device=CUDA)
+    window.restart(0)
+    for value in (1.0, 2.0, 3.0):
+        window.add_loss(torch.tensor(value, device=CUDA))
+        window.add_samples(8)
+    first = window.close(step=3, total_steps=6)
+    assert first.local_loss is None and first.covers is None  # nothing staged before the first report
+
+    for _ in range(2):
+        window.add_loss(torch.tensor(10.0, device=CUDA))
+        window.add_samples(8)
+    second = window.close(step=5, total_steps=6)
+    assert second.covers == (0, 3)
+    assert second.local_loss == pytest.approx(2.0)
+    assert second.samples_per_second is not None and second.samples_per_second > 0
+
+    window.add_loss(torch.tensor(7.0, device=CUDA))
+    window.add_samples(8)
+    last = window.close(step=6, total_steps=6)
+    assert last.covers is None and last.local_loss == pytest.approx(7.0)
+    assert last.eta_seconds == 0.0
+
+
+def test_the_last_window_is_timed_on_the_device_not_from_where_the_host_was_ahead() -> None:
+    """The host closes a window while the device still runs the window's long kernel: the next (last)
+    window's own device work is tiny, so its rate must not count the ~0.2 s the host was ahead."""
+    window = ReportWindow(world_size=1, device=CUDA)
+    window.restart(0)
+    torch.cuda.synchronize()
+    window.add_loss(torch.tensor(1.0, device=CUDA))
+    torch.cuda._sleep(LONG_KERNEL_CYCLES)  # type: ignore[no-untyped-call]  # the window's long step
+    window.add_samples(100)
+    window.close(step=1, total_steps=2)  # lagged: returns at once, the kernel still runs
+    window.add_loss(torch.tensor(1.0, device=CUDA))
+    window.add_samples(100)
+    last = window.close(step=2, total_steps=2)
+    # Host-timed, the window would take the kernel's remaining ~0.2 s: about 500 samples/s.
+    assert last.samples_per_second is not None and last.samples_per_second > 5_000
+
+
+def _loader(batches: int) -> DataLoader[tuple[torch.Tensor, ...]]:
+    images = torch.arange(batches, dtype=torch.uint8).repeat_interleave(4).reshape(batches, 4)
+    return DataLoader(TensorDataset(images, torch.arange(batches)), batch_size=1)
+
+
+def _to_device(batch: Batch, device: torch.device) -> Batch:
+    return batch[0].to(device, non_blocking=True).float(), batch[1].to(device, non_blocking=True)
+
+
+def test_eager_prefetch_gives_every_batch_in_order() -> None:
+    got = [int(b[1].item()) for b in DeviceBatches(_loader(5), device=CUDA, to_device=_to_device)]
+    assert got == [0, 1, 2, 3, 4]
+
+
+def test_prefetch_repeat_reads_the_loader_but_trains_on_the_first_device_batch_again() -> None:
+    switches.apply({"prefetch": "repeat"})
+    batches = list(DeviceBatches(_loader(5), device=CUDA, to_device=_to_device))
+    assert len(batches) == 5  # the loader is read to its end: epochs and positions stay as they are
+    assert all(batch[0] is batches[0][0] for batch in batches)
+    assert float(batches[-1][0][0]) == 0.0
