@@ -91,4 +91,4 @@ def test_prefetch_repeat_reads_the_loader_but_trains_on_the_first_device_batch_a
     batches = list(DeviceBatches(_loader(5), device=CUDA, to_device=_to_device))
     assert len(batches) == 5  # the loader is read to its end: epochs and positions stay as they are
     assert all(batch[0] is batches[0][0] for batch in batches)
-    assert float(batches[-1][0][0]) == 0.0
+    assert float(batches[-1][0][0, 0]) == 0.0

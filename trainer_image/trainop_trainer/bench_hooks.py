@@ -14,6 +14,10 @@
   is the defaults), in the order given. Every rank switches at the same steps; each block is bounded by a
   device synchronisation, and rank 0 logs ``ab block <variant> steps A-B: <ms> ms/step, <rate>
   samples/s``. After the last block the switches are back to their defaults.
+- **a sync hunt**: ``TRAINOP_SYNC_DEBUG_STEPS=START:COUNT``. After step START, for COUNT steps, every rank
+  runs with ``torch.cuda.set_sync_debug_mode("warn")`` and logs the Python stack of each distinct operation
+  that made the host wait for the GPU (``sync point on rank R at step N``), so that a per-step or per-report
+  synchronisation names its caller.
 
 It must not change what a step computes (variants choose between equal computations) nor decide what the
 step schedule decides. The traces are for benchmarks: a job's on-demand profiling is the trainer's own
@@ -32,6 +36,8 @@ import os
 import pathlib
 import shutil
 import time
+import traceback
+import warnings
 from typing import Any
 
 import torch
@@ -44,6 +50,7 @@ log = logging.getLogger(__name__)
 TRACE_STEPS_ENV = config_module.TRACE_STEPS_ENV
 TRACE_DIR_ENV = config_module.TRACE_DIR_ENV
 AB_BLOCKS_ENV = config_module.AB_BLOCKS_ENV
+SYNC_DEBUG_STEPS_ENV = config_module.SYNC_DEBUG_STEPS_ENV
 # Variables that shape a training process's speed, written next to each trace.
 _FACT_PREFIXES = ("NCCL_", "TORCH_NCCL_", "OMP_", "MKL_", "CUDA_", "PYTORCH_", "TORCHINDUCTOR_", "RAY_TRAIN_")
 
@@ -133,6 +140,51 @@ class GcTimer:
         )
 
 
+def _window(env: str) -> tuple[int, int] | None:
+    """``START:COUNT`` from ``env`` (None when unset); one sentence when malformed."""
+    text = os.environ.get(env, "").strip()
+    if not text:
+        return None
+    start, _, count = text.partition(":")
+    if not (start.isdigit() and count.isdigit() and int(count) > 0):
+        raise ValueError(f"{env}={text!r}: expected START:COUNT, e.g. 140:10")
+    return int(start), int(count)
+
+
+class SyncHunt:
+    """While started: CUDA's sync debug mode on; each distinct Python stack that synchronised, logged once."""
+
+    def __init__(self, *, rank: int, step: int) -> None:
+        self.rank = rank
+        self.step = step
+        self._seen: set[str] = set()
+        self._previous: Any = None
+
+    def start(self) -> None:
+        self._previous = warnings.showwarning
+        warnings.showwarning = self._show
+        warnings.simplefilter("always", UserWarning)
+        torch.cuda.set_sync_debug_mode("warn")
+
+    def stop(self) -> None:
+        torch.cuda.set_sync_debug_mode("default")
+        if self._previous is not None:
+            warnings.showwarning = self._previous
+            self._previous = None
+        log.info("sync hunt on rank %d: %d distinct synchronising stacks", self.rank, len(self._seen))
+
+    def _show(self, message: Any, category: Any, filename: str, lineno: int, *rest: Any, **kw: Any) -> None:
+        if "synchroniz" not in str(message):
+            if self._previous is not None:
+                self._previous(message, category, filename, lineno, *rest, **kw)
+            return
+        stack = "".join(traceback.format_stack(limit=14)[:-1])
+        if stack in self._seen:
+            return
+        self._seen.add(stack)
+        log.warning("sync point on rank %d at step %d: %s\n%s", self.rank, self.step, message, stack)
+
+
 @dataclasses.dataclass(frozen=True)
 class AbPlan:
     start: int
@@ -174,8 +226,11 @@ class BenchHooks:
         trace: tuple[int, int] | None = None,
         trace_dir: pathlib.Path | None = None,
         ab: AbPlan | None = None,
+        sync_debug: tuple[int, int] | None = None,
     ) -> None:
         self._ctx = ctx
+        self._sync_debug = sync_debug
+        self._sync_hunt: SyncHunt | None = None
         self._samples_per_step = samples_per_step  # over every rank
         self._trace = trace
         self._trace_dir = trace_dir
@@ -190,20 +245,23 @@ class BenchHooks:
     def from_env(cls, *, ctx: distributed.WorkerContext, samples_per_step: int) -> BenchHooks:
         trace: tuple[int, int] | None = None
         trace_dir: pathlib.Path | None = None
-        text = os.environ.get(TRACE_STEPS_ENV, "").strip()
-        if text:
-            start, _, count = text.partition(":")
-            if not (start.isdigit() and count.isdigit() and int(count) > 0):
-                raise ValueError(f"{TRACE_STEPS_ENV}={text!r}: expected START:COUNT, e.g. 140:10")
-            trace = (int(start), int(count))
+        trace = _window(TRACE_STEPS_ENV)
+        if trace is not None:
             trace_dir = pathlib.Path(os.environ.get(TRACE_DIR_ENV) or "trainop-trace")
         ab_text = os.environ.get(AB_BLOCKS_ENV, "").strip()
         ab = AbPlan.parse(ab_text) if ab_text else None
-        return cls(ctx=ctx, samples_per_step=samples_per_step, trace=trace, trace_dir=trace_dir, ab=ab)
+        return cls(
+            ctx=ctx,
+            samples_per_step=samples_per_step,
+            trace=trace,
+            trace_dir=trace_dir,
+            ab=ab,
+            sync_debug=_window(SYNC_DEBUG_STEPS_ENV),
+        )
 
     @property
     def enabled(self) -> bool:
-        return self._trace is not None or self._ab is not None
+        return self._trace is not None or self._ab is not None or self._sync_debug is not None
 
     def after_step(self, step: int) -> None:
         if not self.enabled:
@@ -213,9 +271,22 @@ class BenchHooks:
             self._ab_step(step, self._ab)
         if self._trace is not None:
             self._trace_step(step, *self._trace)
+        if self._sync_debug is not None and self._ctx.device.type == "cuda":
+            start, count = self._sync_debug
+            if step == start:
+                self._sync_hunt = SyncHunt(rank=self._ctx.rank, step=step)
+                self._sync_hunt.start()
+            elif self._sync_hunt is not None:
+                self._sync_hunt.step = step
+                if step >= start + count:
+                    self._sync_hunt.stop()
+                    self._sync_hunt = None
 
     def close(self) -> None:
         """Training ended: an open window is written with the steps it has, switches are reset."""
+        if self._sync_hunt is not None:
+            self._sync_hunt.stop()
+            self._sync_hunt = None
         if self._profiler is not None:
             self._stop_trace()
         if self._block is not None:

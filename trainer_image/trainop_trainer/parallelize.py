@@ -38,7 +38,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from trainop.api import trainingjob
-from trainop_trainer import distributed
+from trainop_trainer import distributed, switches
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ def apply(
         log.info("activation checkpointing on %d of %d blocks", len(wrapped), len(blocks))
 
     if strategy == trainingjob.ParallelismStrategy.DDP:
-        ddp_kwargs: dict[str, Any] = {"gradient_as_bucket_view": True}
+        ddp_kwargs: dict[str, Any] = {"gradient_as_bucket_view": switches.bucket_view()}
         if ctx.device.type == "cuda":
             ddp_kwargs["device_ids"] = [ctx.device.index]
         train_model: nn.Module = DistributedDataParallel(model, **ddp_kwargs)

@@ -30,6 +30,9 @@ on every rank at once:
   every step). With N > 1 every rank exchanges at the steps divisible by N, so they still agree; a clock or a
   signal is acted on up to 2N steps later instead of one.
 
+- ``bucket_view`` (``parallelize.apply``, read once, when DDP wraps the model: a process-level choice).
+  ``on`` (default): DDP's ``gradient_as_bucket_view`` (gradients are views into the all-reduce buckets, no
+  copy into them). ``off``: DDP's own default, as in bench/gpu/bare_ddp.py.
 ``TRAINOP_SWITCHES`` sets them for a process (``input=f32,control_every=4``; Ray workers get it from the
 driver, see ``ray_train``). A job never needs to: the defaults are the trainer's choice. It must not hold
 anything but these values.
@@ -45,14 +48,21 @@ ENV = config_module.SWITCHES_ENV
 INPUT_MODES = ("fused", "lean", "f32")
 PREFETCH_MODES = ("eager", "after", "repeat")
 REPORT_SYNC_MODES = ("lagged", "device")
+BUCKET_VIEW_MODES = ("on", "off")
 DEFAULTS: dict[str, str | int] = {
     "input": "fused",
     "prefetch": "eager",
     "report_sync": "lagged",
     "control_every": 1,
+    "bucket_view": "on",
 }
 
-_CHOICES = {"input": INPUT_MODES, "prefetch": PREFETCH_MODES, "report_sync": REPORT_SYNC_MODES}
+_CHOICES = {
+    "input": INPUT_MODES,
+    "prefetch": PREFETCH_MODES,
+    "report_sync": REPORT_SYNC_MODES,
+    "bucket_view": BUCKET_VIEW_MODES,
+}
 
 # The values in force (module state, read at every use).
 values: dict[str, str | int] = dict(DEFAULTS)
@@ -107,6 +117,10 @@ def prefetch_mode() -> str:
 
 def report_sync() -> str:
     return str(values["report_sync"])
+
+
+def bucket_view() -> bool:
+    return values["bucket_view"] == "on"
 
 
 def control_every() -> int:
