@@ -18,7 +18,7 @@ import torch
 import trainer_support
 
 from trainop.api import trainer_config
-from trainop_trainer import logs, switches, workloads
+from trainop_trainer import bench_hooks, logs, switches, workloads
 
 
 def run_launch(config_path: pathlib.Path, **env: str) -> str:
@@ -106,6 +106,7 @@ def test_ab_blocks_switch_at_the_asked_steps_log_each_block_and_compute_the_same
         ("report_sync=never", "report_sync"),
         ("speed=1", "speed"),
         ("control_every=0", "control_every"),
+        ("bucket_view=maybe", "bucket_view"),
     ],
 )
 def test_a_bad_switch_is_named_with_its_fix(text: str, field: str) -> None:
@@ -183,3 +184,23 @@ def test_fused_image_input_is_within_float32_rounding_of_the_reference_in_layout
         "prefetch": "after",
         "report_sync": "device",
     }
+
+
+def test_bucket_views_are_the_default_and_off_gives_ddps_own_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert switches.DEFAULTS["bucket_view"] == "on" and switches.bucket_view()
+    monkeypatch.setenv(switches.ENV, "bucket_view=off")
+    switches.reset()
+    try:
+        assert not switches.bucket_view()
+    finally:
+        monkeypatch.delenv(switches.ENV)
+        switches.reset()
+
+
+@pytest.mark.parametrize("text", ["40", "40:0", "a:5", "40:"])
+def test_a_malformed_sync_hunt_window_is_named_with_its_form(
+    monkeypatch: pytest.MonkeyPatch, text: str
+) -> None:
+    monkeypatch.setenv(bench_hooks.SYNC_DEBUG_STEPS_ENV, text)
+    with pytest.raises(ValueError, match=r"TRAINOP_SYNC_DEBUG_STEPS=.*expected START:COUNT"):
+        bench_hooks.BenchHooks.from_env(ctx=None, samples_per_step=1)  # type: ignore[arg-type]  # parsed first
