@@ -19,9 +19,9 @@
   that made the host wait for the GPU (``sync point on rank R at step N``), so that a per-step or per-report
   synchronisation names its caller.
 
-It must not change what a step computes (variants choose between equal computations) nor decide what the
-step schedule decides. The traces are for benchmarks: a job's on-demand profiling is the trainer's own
-feature, not this.
+It must not change what a step computes (variants choose between equal computations; the one exception is
+the ``prefetch=repeat`` diagnostic, which says so in ``switches``) nor decide what the step schedule decides.
+The traces are for benchmarks: a job's on-demand profiling is the trainer's own feature, not this.
 """
 
 from __future__ import annotations
