@@ -225,6 +225,7 @@ class ProgressReports:
         self._last_step_time = time.perf_counter()
         self.last_step = 0
         self.batch_size_per_worker: int | None = None  # for status, when the loop knows it
+        self._published_step: int | None = None  # the step of the last report logs and status saw
 
     def start(self, step: int) -> None:
         """Training (re)starts at ``step``: a fresh window and step timer."""
@@ -263,7 +264,13 @@ class ProgressReports:
         ray_extra: Mapping[str, float] | None = None,
     ) -> None:
         """Collective (every rank, same step): close the window and publish it. ``extra`` goes everywhere
-        (a user's own metrics); ``ray_extra`` only to Ray Train (the last evaluation, for Tune)."""
+        (a user's own metrics); ``ray_extra`` only to Ray Train (the last evaluation, for Tune).
+
+        A report at the step of the previous one with nothing new in its window (the run's last step, reported
+        by the loop and then again so that Ray Train gets it) only reports to Ray: the log, the status and the
+        tracking hook saw that step already."""
+        fresh = self.window.pending or step != self._published_step or extra is not None
+        self._published_step = step
         stats = self.window.close(step=step, total_steps=total_steps)
         loss = None if stats.local_loss is None else self._control.all_reduce_mean(stats.local_loss)
         if loss is not None:
@@ -273,7 +280,7 @@ class ProgressReports:
         sps = stats.samples_per_second
         if sps is not None:
             self._metrics.samples_per_second.set(sps)
-        if self._ctx.is_rank0:
+        if self._ctx.is_rank0 and fresh:
             log.info(
                 "step %d/%s epoch %d loss %s %s samples/s%s",
                 step,
@@ -283,7 +290,7 @@ class ProgressReports:
                 "-" if sps is None else f"{sps:.1f}",
                 "" if stats.covers is None else f" (window of steps {stats.covers[0]}-{stats.covers[1]})",
             )
-        if self._status is not None:
+        if self._status is not None and fresh:
             self._status.progress(
                 step=step,
                 total_steps=total_steps,
@@ -295,7 +302,7 @@ class ProgressReports:
                 batch_size_per_worker=self.batch_size_per_worker,
                 learning_rate=learning_rate,
             )
-        if self._on_report is not None:
+        if self._on_report is not None and fresh:
             values_for_tracking: dict[str, float] = {"epoch": float(epoch)}
             if loss is not None:
                 values_for_tracking["loss"] = loss
