@@ -12,6 +12,7 @@ import logging
 import pathlib
 import re
 import subprocess
+import warnings
 
 import pytest
 import torch
@@ -204,3 +205,27 @@ def test_a_malformed_sync_hunt_window_is_named_with_its_form(
     monkeypatch.setenv(bench_hooks.SYNC_DEBUG_STEPS_ENV, text)
     with pytest.raises(ValueError, match=r"TRAINOP_SYNC_DEBUG_STEPS=.*expected START:COUNT"):
         bench_hooks.BenchHooks.from_env(ctx=None, samples_per_step=1)  # type: ignore[arg-type]  # parsed first
+
+
+def test_the_sync_hunt_logs_each_synchronising_stack_once_and_restores_warnings(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """CUDA's sync debug mode is stood in for (no GPU here): what it does on a sync is warn, as below."""
+    modes: list[str] = []
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", modes.append)
+    before_show, before_filters = warnings.showwarning, list(warnings.filters)
+    hunt = bench_hooks.SyncHunt(rank=1, step=40)
+
+    def sync_here() -> None:
+        warnings.warn("called a synchronizing CUDA operation", UserWarning, stacklevel=1)
+
+    with caplog.at_level(logging.INFO, logger="trainop_trainer.bench_hooks"):
+        hunt.start()
+        for step in (40, 40, 41):
+            hunt.step = step
+            sync_here()  # the same stack every time: logged once, at its first step
+        hunt.stop()
+    points = [r.getMessage() for r in caplog.records if r.getMessage().startswith("sync point on rank 1")]
+    assert len(points) == 1 and "at step 40" in points[0] and "in sync_here" in points[0]
+    assert modes == ["warn", "default"]
+    assert warnings.showwarning is before_show and list(warnings.filters) == before_filters

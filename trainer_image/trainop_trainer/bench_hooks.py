@@ -159,18 +159,23 @@ class SyncHunt:
         self.step = step
         self._seen: set[str] = set()
         self._previous: Any = None
+        self._saved: warnings.catch_warnings[None] | None = None
 
     def start(self) -> None:
+        self._saved = warnings.catch_warnings()  # filters and showwarning come back on stop
+        self._saved.__enter__()
         self._previous = warnings.showwarning
         warnings.showwarning = self._show
         warnings.simplefilter("always", UserWarning)
         torch.cuda.set_sync_debug_mode("warn")
 
     def stop(self) -> None:
+        """Sync debug mode off; the warnings machinery as it was before ``start``."""
         torch.cuda.set_sync_debug_mode("default")
-        if self._previous is not None:
-            warnings.showwarning = self._previous
-            self._previous = None
+        if self._saved is not None:
+            self._saved.__exit__(None, None, None)
+            self._saved = None
+        self._previous = None
         log.info("sync hunt on rank %d: %d distinct synchronising stacks", self.rank, len(self._seen))
 
     def _show(self, message: Any, category: Any, filename: str, lineno: int, *rest: Any, **kw: Any) -> None:
