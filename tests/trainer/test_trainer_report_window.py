@@ -7,6 +7,7 @@ import time
 
 import pytest
 import torch
+import trainer_support
 
 from trainop_trainer import distributed, metrics
 from trainop_trainer.reporting import ProgressReports, ReportWindow
@@ -80,36 +81,28 @@ def test_closing_starts_a_new_empty_window() -> None:
 def test_a_repeated_report_at_the_last_step_only_reaches_ray(caplog: pytest.LogCaptureFixture) -> None:
     """The loop reported the last step; the run's end reports it again so that Ray Train gets it: the log
     line, the status and the tracking hook see that step once."""
-    ctx = distributed.WorkerContext(
-        rank=0,
-        world_size=1,
-        local_rank=0,
-        local_world_size=1,
-        node_rank=0,
-        device=torch.device("cpu"),
-        backend="gloo",
-    )
     hooked: list[int] = []
     to_ray: list[dict[str, object]] = []
-    reports = ProgressReports(
-        ctx=ctx,
-        control=distributed.ControlChannel(ctx),
-        worker_metrics=metrics.WorkerMetrics(job="report-once", rank=0),
-        status=None,
-        report_fn=to_ray.append,
-        worker_restarts=0,
-        last_checkpoint_step=lambda: None,
-        on_report=lambda step, values: hooked.append(step),
-    )
-    reports.start(0)
-    reports.window.add_loss(2.0)
-    reports.step_finished(1, samples=4)
-    with caplog.at_level(logging.INFO, logger="trainop_trainer.reporting"):
-        reports.report(step=1, total_steps=1, epoch=0, to_ray=False)
-        assert reports.needs_final_report(1)  # Ray Train has not had step 1
-        reports.report(step=1, total_steps=1, epoch=0, to_ray=True)
-    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step 1/1")]
-    assert len(lines) == 1, lines
-    assert hooked == [1]
-    assert [r["step"] for r in to_ray] == [1] and to_ray[0]["loss"] == 2.0
-    assert not reports.needs_final_report(1)
+    with trainer_support.world_of_one() as ctx:  # rank 0 of one, on the CPU
+        reports = ProgressReports(
+            ctx=ctx,
+            control=distributed.ControlChannel(ctx),
+            worker_metrics=metrics.WorkerMetrics(job="report-once", rank=0),
+            status=None,
+            report_fn=to_ray.append,
+            worker_restarts=0,
+            last_checkpoint_step=lambda: None,
+            on_report=lambda step, values: hooked.append(step),
+        )
+        reports.start(0)
+        reports.window.add_loss(2.0)
+        reports.step_finished(1, samples=4)
+        with caplog.at_level(logging.INFO, logger="trainop_trainer.reporting"):
+            reports.report(step=1, total_steps=1, epoch=0, to_ray=False)
+            assert reports.needs_final_report(1)  # Ray Train has not had step 1
+            reports.report(step=1, total_steps=1, epoch=0, to_ray=True)
+        lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step 1/1")]
+        assert len(lines) == 1, lines
+        assert hooked == [1]
+        assert [r["step"] for r in to_ray] == [1] and to_ray[0]["loss"] == 2.0
+        assert not reports.needs_final_report(1)
