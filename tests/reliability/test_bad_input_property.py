@@ -40,7 +40,7 @@ from hypothesis import strategies as st
 from tests import property_seed
 from tests.controlplane import cluster
 from tests.reliability import operator_runner
-from trainop.api import manifest
+from trainop.api import base, manifest
 from trainop.controller import kinds
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
@@ -306,6 +306,65 @@ def test_a_toleration_kubernetes_refuses_in_a_pod_is_refused_when_the_job_is_app
         kinds.parse({**body, "metadata": {**body["metadata"], "uid": "u", "generation": 1}})
 
 
+# Found by hypothesis the same way: a nodeSelector key with two dots in its prefix ("a..0/0") was admitted,
+# and Kubernetes refused the worker pods. Label keys and values (of nodeSelector and of tolerations) are now
+# checked as pod validation checks them.
+LONG_PREFIX = ".".join(["a" * 63] * 4) + "/gpu"  # a 255-character prefix: each label fine, the whole too long
+
+
+@pytest.mark.parametrize(
+    ("workers", "field", "sentence"),
+    [
+        ({"nodeSelector": {"a..0/0": ""}}, "spec.workers.nodeSelector", base.LABEL_KEY_HINT),
+        ({"nodeSelector": {"-gpu": "x"}}, "spec.workers.nodeSelector", base.LABEL_KEY_HINT),
+        ({"nodeSelector": {"gpu/" + "a" * 64: "x"}}, "spec.workers.nodeSelector", base.LABEL_KEY_HINT),
+        ({"nodeSelector": {LONG_PREFIX: "x"}}, "spec.workers.nodeSelector", base.LABEL_KEY_PREFIX_TOO_LONG),
+        ({"nodeSelector": {"gpu": "-a100"}}, "spec.workers.nodeSelector.gpu", None),
+        (
+            {"tolerations": [{"key": "a..b/gpu", "operator": "Exists"}]},
+            "spec.workers.tolerations[0].key",
+            None,
+        ),
+        ({"tolerations": [{"key": "gpu", "value": "a" * 64}]}, "spec.workers.tolerations[0].value", None),
+    ],
+    ids=[
+        "two-dots",
+        "leading-dash",
+        "long-name",
+        "long-prefix",
+        "bad-value",
+        "toleration-key",
+        "toleration-value",
+    ],
+)
+def test_a_label_kubernetes_refuses_in_a_pod_is_refused_when_the_job_is_applied(
+    isolated_plane: cluster.ControlPlane,
+    isolated_namespace: str,
+    workers: dict[str, Any],
+    field: str,
+    sentence: str | None,
+) -> None:
+    """Refused by the apiserver (the field named; a CEL rule's own sentence where the CRD has one) and by the
+    models, whose sentence names the fix (a pattern's hint where the apiserver can only quote the pattern)."""
+    api = Api(isolated_plane)
+    body = factories.manifest("bad-label", isolated_namespace)
+    body["spec"] = _with(workers=workers)
+    with pytest.raises(ApiError) as refused:
+        api.create(api.job(isolated_namespace), body)
+    assert refused.value.code == 422
+    assert field in str(refused.value), str(refused.value)
+    if sentence is not None:
+        assert sentence in str(refused.value), str(refused.value)
+    with pytest.raises(manifest.ManifestError) as models:
+        kinds.parse({**body, "metadata": {**body["metadata"], "uid": "u", "generation": 1}})
+    said = [e for e in models.value.errors if e.path.startswith(field)]
+    assert said, models.value.errors
+    assert any(
+        (sentence or "") in e.message and ("label key" in e.message or "label value" in e.message)
+        for e in said
+    ), said
+
+
 def test_the_tolerations_kubernetes_accepts_are_accepted(
     isolated_plane: cluster.ControlPlane, isolated_namespace: str
 ) -> None:
@@ -315,7 +374,16 @@ def test_the_tolerations_kubernetes_accepts_are_accepted(
         {"operator": "Exists"},  # tolerates every taint
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
         {"key": "pool", "value": "a100", "effect": "NoExecute", "tolerationSeconds": 30},
+        {"key": "", "operator": "Exists"},
     ]
-    body["spec"] = _with(workers={"tolerations": tolerations})
+    node_selector = {
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+        "kubernetes.io/hostname": "node-1",
+        "topology.kubernetes.io/zone": "",
+        ".".join(["a" * 63] * 3) + "." + "a" * 61 + "/" + "A_b.c-D" * 9: "x" * 63,  # the longest key
+    }
+    body["spec"] = _with(workers={"tolerations": tolerations, "nodeSelector": node_selector})
     stored = api.create(api.job(isolated_namespace), body)
-    assert len(kinds.parse(stored).spec.workers.tolerations) == 3
+    parsed = kinds.parse(stored)
+    assert len(parsed.spec.workers.tolerations) == 4
+    assert parsed.spec.workers.node_selector == node_selector

@@ -32,8 +32,42 @@ DNS_LABEL_HINT = (
     "e.g. resnet-cifar"
 )
 MAX_NAME_LENGTH = 40
+# A Kubernetes label key (also a taint's and a toleration's key): an optional DNS-subdomain prefix and '/',
+# then a name of 1-63 characters. The prefix's own limit (253) is a separate check: RE2 cannot count it.
+_DNS_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+LABEL_KEY_PATTERN = rf"^({_DNS_SUBDOMAIN}/)?([A-Za-z0-9][-A-Za-z0-9_.]{{0,61}})?[A-Za-z0-9]$"
+LABEL_KEY_HINT = (
+    "must be a Kubernetes label key: an optional DNS-subdomain prefix and '/' (lowercase letters, digits, "
+    "'-' and single dots), then 1-63 letters, digits, '-', '_' or '.' starting and ending with a letter or "
+    "digit, e.g. nvidia.com/gpu.product"
+)
+MAX_LABEL_KEY_PREFIX = 253
+MAX_LABEL_KEY_LENGTH = MAX_LABEL_KEY_PREFIX + 1 + 63
+LABEL_KEY_PREFIX_RULE = f"k.indexOf('/') <= {MAX_LABEL_KEY_PREFIX}"
+LABEL_KEY_PREFIX_TOO_LONG = (
+    f"a label key's prefix (before '/') is at most {MAX_LABEL_KEY_PREFIX} characters: shorten it"
+)
+
+
+def check_label_key_prefix(key: str) -> str:
+    """``key`` when its DNS-subdomain prefix fits Kubernetes' limit; the pattern checks the rest."""
+    if "/" in key and key.index("/") > MAX_LABEL_KEY_PREFIX:
+        raise ValueError(f"{key[:40]}...: {LABEL_KEY_PREFIX_TOO_LONG}")
+    return key
+
+
+LabelKey = Annotated[
+    str, pydantic.Field(pattern=LABEL_KEY_PATTERN), pydantic.AfterValidator(check_label_key_prefix)
+]
+# A Kubernetes label value (also a toleration's value): empty, or 1-63 such characters.
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
+LABEL_VALUE_HINT = (
+    "must be a Kubernetes label value: empty, or at most 63 letters, digits, '-', '_' or '.' starting and "
+    "ending with a letter or digit, e.g. NVIDIA-H100-80GB-HBM3"
+)
 
 Quantity = Annotated[str, pydantic.Field(pattern=QUANTITY_PATTERN)]
+LabelValue = Annotated[str, pydantic.Field(pattern=LABEL_VALUE_PATTERN)]
 
 
 class ApiModel(pydantic.BaseModel):

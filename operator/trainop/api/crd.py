@@ -35,7 +35,7 @@ from typing import Any
 
 import pydantic
 
-from trainop.api import base, cel, trainingjob, tuningsweep
+from trainop.api import base, cel, hints, trainingjob, tuningsweep
 
 JsonSchema = dict[str, Any]
 
@@ -153,7 +153,7 @@ def _fold(text: str) -> str:
 def _key_rule(pattern: str) -> dict[str, str]:
     return {
         "rule": f"self.all(k, k.matches({_cel_string(pattern)}))",
-        "message": f"every key must match {pattern}",
+        "message": hints.key_rule_message(pattern),
     }
 
 

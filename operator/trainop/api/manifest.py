@@ -32,7 +32,7 @@ from typing import Any
 import pydantic
 import yaml
 
-from trainop.api import base, cel, crd, reference, trainingjob, tuningsweep
+from trainop.api import base, cel, crd, hints, reference, trainingjob, tuningsweep
 
 Resource = trainingjob.TrainingJob | tuningsweep.TuningSweep
 
@@ -96,17 +96,7 @@ class ManifestError(ValueError):
         super().__init__(where + "; ".join(str(e) for e in errors))
 
 
-# What a pattern means, in words a user can act on. Keyed by the pattern constants of the models.
-PATTERN_HINTS: dict[str, str] = {
-    base.DNS_LABEL_PATTERN: base.DNS_LABEL_HINT,
-    base.QUANTITY_PATTERN: "must be a Kubernetes quantity such as 16Gi, 500Mi or 2",
-    trainingjob.ENTRYPOINT_PATTERN: "must be 'pkg.module:function', e.g. mypkg.train:main",
-    trainingjob.NCCL_ENV_KEY_PATTERN: "keys must be NCCL_*, TORCH_NCCL_*, UCX_* or FI_* variables",
-    tuningsweep.PARAMETER_NAME_PATTERN: "keys must be dotted paths into the template "
-    "(hyperparameters.learningRate) or nccl.NCCL_* variables",
-    trainingjob.CLAIM_NAME_PATTERN: "must be the name of a PersistentVolumeClaim in the job's namespace "
-    "(lowercase letters, digits, '-' and '.')",
-}
+PATTERN_HINTS = hints.PATTERN_HINTS
 
 
 def _message(error: Any, *, suggestion: str | None = None) -> str:

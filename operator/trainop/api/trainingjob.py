@@ -28,6 +28,7 @@ ENTRYPOINT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-
 NCCL_ENV_KEY_PATTERN = r"^(NCCL|TORCH_NCCL|UCX|FI)_[A-Z0-9_]+$"
 CLAIM_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 SECRET_NAME_PATTERN = CLAIM_NAME_PATTERN  # both are DNS subdomain names
+TOLERATION_KEY_PATTERN = "^$|" + base.LABEL_KEY_PATTERN  # empty: every taint (with operator Exists)
 # S3's bucket naming rules (3-63 characters: lower-case letters, digits, dots and hyphens).
 BUCKET_PATTERN = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
 # A key prefix or sub-directory: segments joined by single slashes, none of them "." or "..", no leading or
@@ -418,6 +419,10 @@ class Toleration(base.ApiModel):
                     "use operator: Equal",
                 },
                 {
+                    "rule": f"!has(self.key) || self.key.indexOf('/') <= {base.MAX_LABEL_KEY_PREFIX}",
+                    "message": base.LABEL_KEY_PREFIX_TOO_LONG,
+                },
+                {
                     "rule": "!has(self.tolerationSeconds) "
                     "|| (has(self.effect) && self.effect == 'NoExecute')",
                     "message": "tolerationSeconds needs effect: NoExecute; set effect to NoExecute or "
@@ -427,13 +432,21 @@ class Toleration(base.ApiModel):
         }
     )
 
-    key: str | None = None
-    """The taint key this toleration matches, e.g. nvidia.com/gpu. Empty with operator Exists: every taint."""
+    key: (
+        Annotated[
+            str,
+            pydantic.Field(pattern=TOLERATION_KEY_PATTERN, max_length=base.MAX_LABEL_KEY_LENGTH),
+            pydantic.AfterValidator(base.check_label_key_prefix),
+        ]
+        | None
+    ) = None
+    """The taint key this toleration matches, a label key such as nvidia.com/gpu. Empty with operator Exists:
+    every taint."""
     operator: Literal["Exists", "Equal"] | None = None
     """Exists (any value of the key) or Equal (the default in Kubernetes: the taint's value must equal
     value)."""
-    value: str | None = None
-    """The taint value to match with operator Equal; empty with Exists."""
+    value: base.LabelValue | None = None
+    """The taint value to match with operator Equal (a label value); empty with Exists."""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     """The taint effect to match: NoSchedule, PreferNoSchedule or NoExecute. Empty: every effect."""
     toleration_seconds: int | None = None
@@ -488,10 +501,19 @@ class Workers(base.ApiModel):
     """Size of each worker pod's memory-backed /dev/shm, a Kubernetes quantity. NCCL's intra-node buffers,
     DataLoader workers' batches and Ray's object store (30% of the pod's memory) live there, and it counts
     against memoryPerWorker. Unset (the default): half of the pod's memory."""
-    node_selector: dict[str, str] = pydantic.Field(default_factory=dict)
+    node_selector: dict[base.LabelKey, base.LabelValue] = pydantic.Field(
+        default_factory=dict,
+        max_length=64,
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel.rule(f"self.all(k, {base.LABEL_KEY_PREFIX_RULE})", base.LABEL_KEY_PREFIX_TOO_LONG)
+            ]
+        },
+    )
     """Node labels the worker pods require (the pod's nodeSelector), e.g. nvidia.com/gpu.product:
-    NVIDIA-H100-80GB-HBM3. The Ray head pod is not constrained."""
-    tolerations: list[Toleration] = pydantic.Field(default_factory=list)
+    NVIDIA-H100-80GB-HBM3; keys and values as Kubernetes checks them in a pod. The Ray head pod is not
+    constrained."""
+    tolerations: list[Toleration] = pydantic.Field(default_factory=list, max_length=64)
     """Tolerations of the worker pods, e.g. of the taint on GPU nodes (key nvidia.com/gpu, operator Exists,
     effect NoSchedule). The Ray head pod gets none."""
     priority_class_name: str | None = None
