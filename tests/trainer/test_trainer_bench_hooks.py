@@ -77,7 +77,9 @@ def test_a_trace_window_records_the_asked_steps_and_the_loops_sections_on_every_
         assert f"trainop.{part}" in names
     facts = json.loads((trace_dir / "rank0.env.json").read_text())
     assert facts["traced_steps"] == 3 and facts["world_size"] == 1 and facts["torch_threads"] >= 1
-    assert facts["switches"] == "bucket_view=on,control_every=1,input=fused,prefetch=eager,report_sync=lagged"
+    assert facts["switches"] == (
+        "bucket_view=on,control_every=1,input=fused,prefetch=eager,report_sync=lagged,restarts=controller"
+    )
 
 
 def test_ab_blocks_switch_at_the_asked_steps_log_each_block_and_compute_the_same_model(

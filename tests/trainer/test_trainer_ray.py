@@ -23,7 +23,7 @@ import torch
 import trainer_support
 
 from trainop.api import trainer_config
-from trainop_trainer import metrics, ray_train
+from trainop_trainer import metrics, ray_train, switches
 
 pytestmark = pytest.mark.ray
 
@@ -91,21 +91,45 @@ def test_a_killed_worker_is_restarted_by_ray_train_and_training_ends_bitwise_equ
 ) -> None:
     strategy, reference = uninterrupted
     config = exact_config(tmp_path, strategy)
+    controllers = trainer_support.train_controllers()
     # Rank 1 dies (os._exit) at step 25, five steps after checkpoint 20: those steps are trained twice.
     result = ray_train.run(config, inject_failure_at_step=25)
 
     assert (result.outcome, result.step) == ("completed", 60), result
+    # trainop's failure policy restarted the worker group inside Ray Train's controller: one controller.
+    assert trainer_support.train_controllers() - controllers == 1
+    assert_restarted_once_as_unknown(config)
+    assert bitwise_equal(trainer_support.final_model(config, 60), reference)
+
+
+def assert_restarted_once_as_unknown(config: trainer_config.TrainerConfig) -> None:
     events = trainer_support.events(config)
     starts = [e for e in events if e["event"] == "start"]
-    assert len(starts) == 2 and len({e["launch"] for e in starts}) == 1  # one fit(), two worker groups
+    assert len(starts) == 2 and len({e["launch"] for e in starts}) == 1  # one launch, two worker groups
     assert [e["step"] for e in events if e["event"] == "resume"] == [20]
     status = trainer_support.status(config)
     assert status["progress"]["workerRestarts"] == 1
     # A process that died without a word: Unknown, restarted inside the attempt within its budget.
     [entry] = status["workerFailures"]["last"]
-    assert (entry["reason"], entry["restarted"]) == ("Unknown", True), entry
+    assert (entry["reason"], entry["restarted"], entry["rank"]) == ("Unknown", True, 1), entry
     assert status["workerFailures"]["counts"] == {"Unknown": 1}
-    assert bitwise_equal(trainer_support.final_model(config, 60), reference)
+
+
+def test_with_restarts_in_the_driver_a_killed_worker_gets_a_new_controller_and_the_same_account(
+    ray_cluster: str, tmp_path: pathlib.Path
+) -> None:
+    """The older path (``TRAINOP_SWITCHES=restarts=driver``, the recovery benchmark's baseline; also what
+    runs when the failure policy did not decide): fit() fails, the driver classifies and runs it again."""
+    config = exact_config(tmp_path, "ddp")
+    controllers = trainer_support.train_controllers()
+    switches.apply({"restarts": "driver"})
+    try:
+        result = ray_train.run(config, inject_failure_at_step=25)
+    finally:
+        switches.reset()
+    assert (result.outcome, result.step) == ("completed", 60), result
+    assert trainer_support.train_controllers() - controllers == 2
+    assert_restarted_once_as_unknown(config)
 
 
 def test_a_new_attempt_with_the_same_run_name_and_storage_path_resumes_bitwise_exactly(

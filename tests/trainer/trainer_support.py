@@ -166,6 +166,15 @@ def user_state(config: trainer_config.TrainerConfig, step: int) -> dict[str, Any
     return part.restored
 
 
+def train_controllers() -> int:
+    """How many Ray Train controllers the shared Ray runtime has started so far: each writes its own
+    ``logs/train/ray-train-sys-controller-<worker id>.log`` (an actor's worker process is never reused)."""
+    import ray
+
+    logs = pathlib.Path(ray._private.worker._global_node.get_logs_dir_path())
+    return len(list((logs / "train").glob("ray-train-sys-controller-*.log")))
+
+
 def events(config: trainer_config.TrainerConfig) -> list[dict[str, Any]]:
     path = run_files(config) / "trainop" / "events.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()]

@@ -199,3 +199,25 @@ def budget_field(reason: str) -> str:
     """The spec field of a class's budget as a user writes it: spec.failurePolicy.budgets.userCodeError."""
     parts = _BUDGET_FIELDS.get(reason, "unknown").split("_")
     return "spec.failurePolicy.budgets." + parts[0] + "".join(p.title() for p in parts[1:])
+
+
+def refusal(
+    failure: Failure,
+    *,
+    used: int,
+    allowed: int,
+    restarts: int,
+    max_worker_failures: int,
+    stopping: bool,
+) -> str:
+    """Why ``failure`` must end the attempt instead of restarting the worker group ("" to restart)."""
+    if failure.reason not in FAST_RECOVERY:
+        return f"{failure.reason} is not restarted inside an attempt"
+    if stopping:
+        return "the driver is stopping"
+    if restarts >= max_worker_failures:
+        limit = f"spec.failurePolicy.maxWorkerFailures ({max_worker_failures})"
+        return f"{restarts} in-attempt restarts used {limit}"
+    if used >= allowed:
+        return f"{used} {failure.reason} failures used {budget_field(failure.reason)} ({allowed})"
+    return ""

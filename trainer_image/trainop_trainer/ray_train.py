@@ -1,19 +1,22 @@
 """Orchestration on Ray Train V2: the driver that builds the ``TorchTrainer`` and the worker function.
 
 Driver (``run``): ``ScalingConfig`` from ``config.scaling_for`` (one worker per GPU),
-``RunConfig(name=runName, storage_path=storagePath, failure_config=FailureConfig(max_failures=0))``,
+``RunConfig(name=runName, storage_path=storagePath, failure_config=FailureConfig(max_failures=0))`` with
+trainop's failure policy (``restart_policy``),
 ``TorchConfig(timeout_s=stallTimeoutSeconds + 60)``; with checkpoints in a bucket, ``storage_path`` is
 ``bucket/prefix`` on a pyarrow ``S3FileSystem`` (``storage_filesystem``), so Ray Train's own files go where
 the checkpoints go and no Ray node needs a shared volume (``__main__`` first runs ``check_storage``: a test
 object written where the checkpoints go, the verdict reported as ``status.storage``). Failures inside an
-attempt are the driver's to decide (issue #17): each rank reports what it raised, classified (``failures``),
-and the watchdog its Stalled verdict, through a TCPStore the driver serves (``watchdog``); after ``fit()``
-fails the driver picks the cause (``classify_run_failure``), records it on ``status.workerFailures``
-(``FailureBook``) and, for UserCodeError, Stalled, NCCLError, OOMKilled and Unknown, while the class's budget
+attempt are trainop's to decide (issue #17): each rank reports what it raised, classified (``failures``),
+and the watchdog its Stalled verdict, through a TCPStore the driver serves (``watchdog``); trainop's failure
+policy inside Ray Train's controller (``restart_policy``) picks the cause (``classify_run_failure``) and, for
+UserCodeError, Stalled, NCCLError, OOMKilled and Unknown, while the class's budget
 (``spec.failurePolicy.budgets``, used = the operator's restartsByReason + the trainer's counts) and
-``maxWorkerFailures`` allow, runs ``fit()`` again on the same Ray cluster: the new worker group resumes from
-the newest valid checkpoint in ``<storagePath>/<runName>/checkpoints``. Otherwise the attempt fails, its entry
-``restarted: false`` for the operator. A new attempt is a new ``TorchTrainer`` with the same name and storage
+``maxWorkerFailures`` allow, restarts the worker group in the same controller: the new group resumes from
+the newest valid checkpoint in ``<storagePath>/<runName>/checkpoints``. The driver records each decision on
+``status.workerFailures`` (``FailureBook``). Otherwise the attempt fails, its entry ``restarted: false`` for
+the operator. A failure the policy did not decide is the driver's, with the same rule (``failures.refusal``):
+it runs ``fit()`` again. A new attempt is a new ``TorchTrainer`` with the same name and storage
 path; it finds the same checkpoints (``checkpoint.py`` says why Ray's own registry is not used).
 
 Worker (``train_loop_per_worker``): read the launch settings, start the ``Runtime``, run the built-in
@@ -34,6 +37,7 @@ process of the job runs ``logs.ray_worker_setup`` (Ray's ``worker_process_setup_
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -77,6 +81,7 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     ctx = distributed.from_ray()
     configure_logging(rank=ctx.rank)
     store = watchdog.connect(launch.heartbeat_store)
+    launch = dataclasses.replace(launch, attempt_try=watchdog.generation(store, launch.attempt_try))
     runtime: Runtime | None = None
     try:
         runtime = Runtime.start(
@@ -270,10 +275,12 @@ def torch_trainer(
     max_failures: int | None = None,
     heartbeat_store: str | None = None,
     attempt_try: int = 0,
+    failure_policy: Any = None,
 ) -> Any:
     """The TorchTrainer that runs ``config``: one worker per GPU (``config.scaling_for``), the launch
     settings as its loop config, the job's worker-failure budget and worker env. Shared by a job's run and
-    a sweep's trials (which add their report callback)."""
+    a sweep's trials (which add their report callback). With ``failure_policy`` (a callable of Ray's
+    ``FailureConfig``), its controller decides restarts with that policy (``restart_policy``)."""
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
@@ -299,7 +306,14 @@ def torch_trainer(
     root = config_module.paths_for(config).run_dir.parent
     if isinstance(root, storage.StoragePath):
         where = {"storage_path": root.path, "storage_filesystem": root.fs}
-    return TorchTrainer(
+    trainer_class: Any = TorchTrainer
+    policy_kwargs: dict[str, Any] = {}
+    if failure_policy is not None:
+        from trainop_trainer import restart_policy
+
+        trainer_class = restart_policy.PolicyTorchTrainer
+        policy_kwargs["failure_policy"] = failure_policy
+    return trainer_class(
         train_loop_per_worker,
         train_loop_config=launch.to_dict(),
         scaling_config=ScalingConfig(
@@ -315,6 +329,7 @@ def torch_trainer(
             callbacks=list(callbacks),
         ),  # type: ignore[call-arg]  # (mypy sees Ray Train V1's RunConfig; V2's has worker_runtime_env)
         **torch_config,
+        **policy_kwargs,
     )
 
 
@@ -334,7 +349,7 @@ def run(config: trainer_config.TrainerConfig, *, inject_failure_at_step: int | N
 
         outcome, error = raytrain_function.run(config, worker_env=worker_env(config))
         return RunResult(outcome=outcome, step=None, error=error)
-    from trainop_trainer import failures, preempt
+    from trainop_trainer import failures, preempt, switches, watchdog
 
     launch_id = uuid.uuid4().hex
     log.info("starting %s", config_module.describe(config))
@@ -342,12 +357,35 @@ def run(config: trainer_config.TrainerConfig, *, inject_failure_at_step: int | N
     paths.stop_file.unlink(missing_ok=True)  # a stop request belongs to the launch that received it
     store, address = _heartbeat_store()
     book = FailureBook(config, status_file=paths.status_file)
-    policy = spec.failure_policy
+    policy_spec = spec.failure_policy
     world_size = config_module.scaling_for(spec).num_workers
     restarts = 0
+    in_controller = (
+        store is not None
+        and address is not None
+        and switches.restarts_in_controller()
+        and _policy_supported()
+    )
     while True:
-        # Ray Train restarts nothing itself (max_failures=0): this loop does, after classifying the failure,
-        # so that each class's budget is enforced (fast recovery: the same Ray cluster, a new worker group).
+        # Restarts inside the attempt: decided by trainop's failure policy inside Ray Train's controller
+        # (restart_policy: only the worker group restarts), else by this loop after fit() failed (a new
+        # controller); either way classified first, so that each class's budget is enforced.
+        group = watchdog.generation(store, restarts)
+        watcher, policy = None, None
+        if in_controller:
+            from trainop_trainer import restart_policy
+
+            policy = functools.partial(
+                restart_policy.BudgetedFailurePolicy,
+                config=config,
+                store_address=address or "",
+                world_size=world_size,
+                used={reason: book.used(reason) for reason in failures.REASONS},
+                restarts=restarts,
+            )
+            watcher = restart_policy.DecisionWatcher(
+                store, functools.partial(_record_decision, book), first=group
+            ).start()
         trainer = torch_trainer(
             config,
             launch_id=launch_id,
@@ -355,46 +393,90 @@ def run(config: trainer_config.TrainerConfig, *, inject_failure_at_step: int | N
             max_failures=0,
             heartbeat_store=address,
             attempt_try=restarts,
+            failure_policy=policy,
         )
+        failed: TrainingFailedError | None = None
         try:
             trainer.fit()
-            break
         except TrainingFailedError as exc:
-            failure = classify_run_failure(store, restarts, world_size, str(exc))
-        used, allowed = book.used(failure.reason), failures.budget(policy, failure.reason)
-        why = ""
-        if failure.reason not in failures.FAST_RECOVERY:
-            why = f"{failure.reason} is not restarted inside an attempt"
-        elif preempt.requested():
-            why = "the driver is stopping"
-        elif restarts >= policy.max_worker_failures:
-            why = (
-                f"{restarts} in-attempt restarts used spec.failurePolicy.maxWorkerFailures "
-                f"({policy.max_worker_failures})"
+            failed = exc
+        decided = watcher.close() if watcher is not None else None
+        if decided is not None:
+            restarts = int(decided["restarts"])
+        if failed is None:
+            break
+        if decided is not None and decided["why"]:  # the policy ended the attempt (recorded by the watcher)
+            failure = failures.Failure.from_dict(decided["failure"])
+            return RunResult(
+                outcome="failed", step=None, error=f"{failure.reason}: {failure.message} ({decided['why']})"
             )
-        elif used >= allowed:
-            why = f"{used} {failure.reason} failures used {failures.budget_field(failure.reason)} ({allowed})"
-        book.record(failure, restarted=not why)
+        # A failure the policy did not decide (a worker group that could not start, no policy): this loop's.
+        group = watchdog.generation(store, restarts)
+        failed_ranks = sorted(getattr(failed, "worker_failures", None) or {}) or None
+        failure = classify_run_failure(store, group, world_size, str(failed), failed_ranks=failed_ranks)
+        used, allowed = book.used(failure.reason), failures.budget(policy_spec, failure.reason)
+        why = failures.refusal(
+            failure,
+            used=used,
+            allowed=allowed,
+            restarts=restarts,
+            max_worker_failures=policy_spec.max_worker_failures,
+            stopping=preempt.requested(),
+        )
+        _record_decision(
+            book,
+            {
+                "failure": failure.to_dict(),
+                "why": why,
+                "restarts": restarts + (0 if why else 1),
+                "used": used + (0 if why else 1),
+                "allowed": allowed,
+            },
+        )
         if why:
-            log.error(
-                "worker group failed (%s): %s; the attempt ends: %s", failure.reason, failure.message, why
-            )
             return RunResult(
                 outcome="failed", step=None, error=f"{failure.reason}: {failure.message} ({why})"
             )
         restarts += 1
-        log.warning(
-            "worker group failed (%s): %s; restarting it from the newest checkpoint (restart %d of this "
-            "attempt; %s used %d of %d)",
-            failure.reason,
-            failure.message,
-            restarts,
-            failure.reason,
-            used + 1,
-            allowed,
-        )
+        if store is not None:
+            store.add(watchdog.GENERATION_KEY, 1)
     outcome, step = _read_outcome(paths, launch_id)
     return RunResult(outcome=outcome, step=step)
+
+
+def _policy_supported() -> bool:
+    """Whether restarts can be decided inside Ray Train's controller (``restart_policy``)."""
+    try:
+        from trainop_trainer import restart_policy
+    except ImportError as exc:  # a Ray Train without the private modules the policy builds on
+        log.warning("in-attempt restarts start a new Ray Train controller: %s", exc)
+        return False
+    if not restart_policy.supported():
+        log.warning("in-attempt restarts start a new Ray Train controller: this Ray Train has no policy hook")
+        return False
+    return True
+
+
+def _record_decision(book: FailureBook, decision: dict[str, Any]) -> None:
+    """A restart decision (the failure policy's or the driver's) on status.workerFailures and in the log."""
+    from trainop_trainer import failures
+
+    failure = failures.Failure.from_dict(decision["failure"])
+    why = str(decision["why"])
+    book.record(failure, restarted=not why)
+    if why:
+        log.error("worker group failed (%s): %s; the attempt ends: %s", failure.reason, failure.message, why)
+        return
+    log.warning(
+        "worker group failed (%s): %s; restarting it from the newest checkpoint (restart %d of this attempt; "
+        "%s used %d of %d)",
+        failure.reason,
+        failure.message,
+        decision["restarts"],
+        failure.reason,
+        decision["used"],
+        decision["allowed"],
+    )
 
 
 def _heartbeat_store() -> tuple[Any, str | None]:
@@ -419,10 +501,19 @@ def _heartbeat_store() -> tuple[Any, str | None]:
     return store, f"{ray.util.get_node_ip_address()}:{store.port}"  # type: ignore[no-untyped-call]
 
 
-def classify_run_failure(store: Any, attempt_try: int, world_size: int, ray_error: str) -> Any:
+def classify_run_failure(
+    store: Any,
+    attempt_try: int,
+    world_size: int,
+    ray_error: str,
+    *,
+    failed_ranks: Sequence[int] | None = None,
+) -> Any:
     """The cause of a failed worker group: the ranks' own reports (the watchdog's Stalled, a user's
     exception, ...), a cause before its consequences (a broken collective on the other ranks); when the only
-    reports are broken collectives and a rank said nothing (its process died), Ray's error text about it."""
+    reports are broken collectives and a rank said nothing (its process died), Ray's error text about it.
+    ``failed_ranks`` (the ranks Ray's error names) tells a dead rank from one still blocked in a collective:
+    the failure policy decides while the other ranks may not have noticed yet."""
     from trainop_trainer import failures, watchdog
 
     reports: list[failures.Failure] = []
@@ -436,6 +527,8 @@ def classify_run_failure(store: Any, attempt_try: int, world_size: int, ray_erro
         except Exception as exc:
             log.warning("reading rank %d's failure report failed (%s)", rank, exc)
         silent.append(rank)
+    if failed_ranks is not None and set(silent) & set(failed_ranks):
+        silent = [rank for rank in silent if rank in failed_ranks]
     causes = [r for r in reports if r.reason != failures.NCCL_ERROR]
     if causes:
         chosen = failures.choose(causes)

@@ -33,6 +33,10 @@ on every rank at once:
 - ``bucket_view`` (``parallelize.apply``, read once, when DDP wraps the model: a process-level choice).
   ``on`` (default): DDP's ``gradient_as_bucket_view`` (gradients are views into the all-reduce buckets, no
   copy into them). ``off``: DDP's own default, as in bench/gpu/bare_ddp.py.
+- ``restarts`` (``ray_train.run``, read once, in the driver: a process-level choice). ``controller``
+  (default): trainop's failure policy decides in-attempt restarts inside Ray Train's controller, which starts
+  only a new worker group (``restart_policy``). ``driver``: the loop before 2026-11-27, every restart a new
+  ``fit()`` (a new controller), for the side-by-side recovery benchmark (bench/gpu/i17_recovery.sh).
 ``TRAINOP_SWITCHES`` sets them for a process (``input=f32,control_every=4``; Ray workers get it from the
 driver, see ``ray_train``). A job never needs to: the defaults are the trainer's choice. It must not hold
 anything but these values.
@@ -49,12 +53,14 @@ INPUT_MODES = ("fused", "lean", "f32")
 PREFETCH_MODES = ("eager", "after", "repeat")
 REPORT_SYNC_MODES = ("lagged", "device")
 BUCKET_VIEW_MODES = ("on", "off")
+RESTART_MODES = ("controller", "driver")
 DEFAULTS: dict[str, str | int] = {
     "input": "fused",
     "prefetch": "eager",
     "report_sync": "lagged",
     "control_every": 1,
     "bucket_view": "on",
+    "restarts": "controller",
 }
 
 _CHOICES = {
@@ -62,6 +68,7 @@ _CHOICES = {
     "prefetch": PREFETCH_MODES,
     "report_sync": REPORT_SYNC_MODES,
     "bucket_view": BUCKET_VIEW_MODES,
+    "restarts": RESTART_MODES,
 }
 
 # The values in force (module state, read at every use).
@@ -121,6 +128,10 @@ def report_sync() -> str:
 
 def bucket_view() -> bool:
     return values["bucket_view"] == "on"
+
+
+def restarts_in_controller() -> bool:
+    return values["restarts"] == "controller"
 
 
 def control_every() -> int:

@@ -60,8 +60,25 @@ _LIBRARY_DIRS = tuple(
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
+# The number of the worker group that runs now inside the attempt (0, 1 after the first in-attempt
+# restart, ...): bumped by whoever restarts the group (restart_policy, or the driver), read by each group as
+# it starts, so one group's heartbeats and failure reports never meet another's.
+GENERATION_KEY = "trainop/generation"
+
+
 def store_key(attempt_try: int, what: str, rank: int) -> str:
     return f"trainop/{attempt_try}/{what}/{rank}"
+
+
+def generation(store: Any, fallback: int) -> int:
+    """The number of the worker group starting now (``fallback`` without a store or when it fails)."""
+    if store is None:
+        return fallback
+    try:
+        return int(store.add(GENERATION_KEY, 0))
+    except Exception as exc:
+        log.warning("reading the worker group's number from the driver's store failed (%s)", exc)
+        return fallback
 
 
 def connect(address: str | None, *, timeout_s: float = 30.0) -> Any:

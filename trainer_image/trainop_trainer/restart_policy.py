@@ -1,0 +1,216 @@
+"""In-attempt restarts decided inside Ray Train's controller: the failure classes' budgets as Ray Train's
+``FailurePolicy``, so a restartable failure restarts only the worker group (issue #17's fast recovery).
+
+Before, Ray Train restarted nothing (``FailureConfig(max_failures=0)``): every worker-group failure ended
+Ray Train's controller, and the driver classified it and built a new ``TorchTrainer`` (a new controller
+actor, a new placement group, then the new workers). On a busy 2-core machine that new controller alone
+took 50 s (the demo, 2026-11-27), on the GPU machine about 5 s (docs/benchmarks-gpu.md).
+
+Now the driver hands the controller a :class:`BudgetedFailurePolicy`. On a ``WorkerGroupError`` it
+classifies the failure from the ranks' own reports in the driver's store (``ray_train.classify_run_failure``,
+with the ranks Ray says failed), applies the driver's rule (``failures.refusal``: the class restarts inside
+an attempt, its budget and ``maxWorkerFailures`` allow, the driver is not stopping) and answers RETRY (the
+controller starts a new worker group on the same placement group) or RAISE (the attempt ends). Each
+decision is posted to the store (:func:`decision_key`); the driver's :class:`DecisionWatcher` records it on
+``status.workerFailures`` and logs it, so the policy never talks to the API (the controller actor does not
+carry the driver's environment). ``used(X)`` is the driver's snapshot when the trainer was built (the
+operator's ``restartsByReason`` cannot change during the attempt) plus the policy's own decisions.
+
+Each worker group reads its number (``watchdog.GENERATION_KEY``) from the store when it starts; the policy
+bumps it before answering RETRY (the driver before a restart of its own), so the new group's reports and
+heartbeats never meet the old group's, and each group's failure has at most one decision.
+
+The hook is Ray Train 2.60's ``DataParallelTrainer._initialize_and_run_controller(failure_policy=...)``, a
+private method: :func:`supported` says whether it is there, and without it the driver keeps its own loop
+(a new controller per restart), which remains the fallback for failures the policy did not decide
+(``ControllerError``: a worker group that could not start, left to Ray Train's default policy).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ray.train.torch import TorchTrainer
+from ray.train.v2._internal.execution.failure_handling import FailureDecision, FailurePolicy
+from ray.train.v2._internal.execution.failure_handling.default import DefaultFailurePolicy
+from ray.train.v2.api.config import FailureConfig
+from ray.train.v2.api.exceptions import TrainingFailedError, WorkerGroupError
+
+from trainop.api import trainer_config
+from trainop_trainer import config as config_module
+from trainop_trainer import failures
+
+log = logging.getLogger(__name__)
+
+_HOOK = "_initialize_and_run_controller"
+
+
+def decision_key(generation: int) -> str:
+    """Where the policy posts its decision on the failure of worker group ``generation`` (one at most)."""
+    return f"trainop/decision/{generation}"
+
+
+def supported() -> bool:
+    """Whether this Ray Train lets the driver hand its controller a failure policy."""
+    return callable(getattr(TorchTrainer, _HOOK, None))
+
+
+class BudgetedFailurePolicy(FailurePolicy):
+    """Ray Train's failure policy for one attempt's trainer (runs in the controller actor; pickled)."""
+
+    def __init__(
+        self,
+        failure_config: FailureConfig,
+        *,
+        config: trainer_config.TrainerConfig,
+        store_address: str,
+        world_size: int,
+        used: Mapping[str, int],
+        restarts: int,
+    ) -> None:
+        super().__init__(failure_config)
+        self._default = DefaultFailurePolicy(failure_config)
+        self.config = config
+        self.store_address = store_address
+        self.world_size = world_size
+        self.used = dict(used)
+        self.restarts = restarts
+        self._store: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_store"] = None  # a TCPStore client is not picklable: reconnect where the policy runs
+        return state
+
+    def make_decision(self, training_failed_error: TrainingFailedError) -> FailureDecision:
+        if not isinstance(training_failed_error, WorkerGroupError):
+            return self._default.make_decision(training_failed_error)
+        try:
+            return self._decide(training_failed_error)
+        except Exception:
+            # The driver then classifies the failure itself, as without the policy.
+            log.exception("trainop's failure policy failed; the driver decides")
+            return FailureDecision.RAISE
+
+    def _decide(self, error: WorkerGroupError) -> FailureDecision:
+        from trainop_trainer import ray_train, watchdog
+
+        if self._store is None:
+            self._store = watchdog.connect(self.store_address)
+        store = self._store
+        current = watchdog.generation(store, -1)
+        if current < 0:
+            raise RuntimeError("the driver's store did not answer")
+        failure = ray_train.classify_run_failure(
+            store, current, self.world_size, str(error), failed_ranks=sorted(error.worker_failures)
+        )
+        policy = self.config.spec.failure_policy
+        used, allowed = self.used.get(failure.reason, 0), failures.budget(policy, failure.reason)
+        why = failures.refusal(
+            failure,
+            used=used,
+            allowed=allowed,
+            restarts=self.restarts,
+            max_worker_failures=policy.max_worker_failures,
+            stopping=_stopping(self.config),
+        )
+        if not why:
+            self.used[failure.reason] = used + 1
+            self.restarts += 1
+            store.add(watchdog.GENERATION_KEY, 1)  # before the new group starts and reads it
+        decision = {
+            "failure": failure.to_dict(),
+            "why": why,
+            "generation": current,
+            "restarts": self.restarts,
+            "used": used + (0 if why else 1),
+            "allowed": allowed,
+        }
+        store.set(decision_key(current), json.dumps(decision))
+        return FailureDecision.RAISE if why else FailureDecision.RETRY
+
+
+def _stopping(config: trainer_config.TrainerConfig) -> bool:
+    """The driver received SIGTERM/SIGINT: it wrote the stop file (``preempt.install_driver_handler``)."""
+    try:
+        return config_module.paths_for(config).stop_file.exists()
+    except Exception:
+        return False
+
+
+class DecisionWatcher:
+    """The driver's side: the policy's decisions, from worker group ``first`` on and in order, handed to
+    ``on_decision`` (which records each on the status) from a thread that checks the store every
+    ``interval_s`` (one small read; one watcher per job)."""
+
+    def __init__(
+        self,
+        store: Any,
+        on_decision: Callable[[dict[str, Any]], None],
+        *,
+        first: int,
+        interval_s: float = 0.5,
+    ) -> None:
+        self.store = store
+        self.on_decision = on_decision
+        self.interval_s = interval_s
+        self.next = first
+        self.last: dict[str, Any] | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="restart-decisions", daemon=True)
+
+    def start(self) -> DecisionWatcher:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.drain()
+
+    def drain(self) -> None:
+        """Hand over every decision posted so far (also called once more after ``fit()`` returned)."""
+        with self._lock:
+            while True:
+                key = decision_key(self.next)
+                try:
+                    if not self.store.check([key]):
+                        return
+                    decision = json.loads(self.store.get(key))
+                except Exception as exc:
+                    log.warning(
+                        "reading the failure policy's decision on group %d failed (%s)", self.next, exc
+                    )
+                    return
+                self.next += 1
+                self.last = decision
+                try:
+                    self.on_decision(decision)
+                except Exception:
+                    log.exception("recording the failure policy's decision on group %d failed", self.next - 1)
+
+    def close(self) -> dict[str, Any] | None:
+        """Stop, hand over what is left, and return the last decision (None when there was none)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self.drain()
+        return self.last
+
+
+class PolicyTorchTrainer(TorchTrainer):
+    """A ``TorchTrainer`` whose controller decides restarts with the policy ``failure_policy`` builds."""
+
+    def __init__(self, *args: Any, failure_policy: Callable[[FailureConfig], FailurePolicy], **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._trainop_failure_policy = failure_policy
+
+    def _initialize_and_run_controller(self, **controller_init_kwargs: Any) -> Any:
+        given = controller_init_kwargs.get("failure_policy")
+        failure_config = given.failure_config if given is not None else FailureConfig()
+        controller_init_kwargs["failure_policy"] = self._trainop_failure_policy(failure_config)
+        return super()._initialize_and_run_controller(**controller_init_kwargs)  # type: ignore[misc]
