@@ -10,12 +10,7 @@
 #    never answer).
 # After each run Ray Train's controller logs (the worker group's shutdown and start, with their timings) are
 # copied next to the run's results.
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-O=${OUT:-$PWD/out/gpu}
-mkdir -p "$O"
-t0=$(date +%s)
-left() { echo $(( ${1} - ($(date +%s) - t0) )); }
+source "$(dirname "$0")/call_start.sh"
 one() {  # NAME ENV...
   local name=$1; shift
   if (( $(left 570) < 100 )); then echo "== $name skipped: $(left 570) s left"; return; fi

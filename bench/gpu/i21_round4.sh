@@ -9,12 +9,7 @@
 # 4. `prio/`: the trainer on 2 GPUs with TORCH_NCCL_HIGH_PRIORITY=1 (NCCL's streams at high priority, so
 #    that the copy stream's normalisation does not delay an all-reduce), same A/B;
 # 5. `omp/`: the trainer on 2 GPUs with OMP_NUM_THREADS=1 (bare DDP's value; Ray gives 4), if time is left.
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-O=${OUT:-$PWD/out/gpu}
-mkdir -p "$O"
-t0=$(date +%s)
-left() { echo $(( ${1} - ($(date +%s) - t0) )); }
+source "$(dirname "$0")/call_start.sh"
 (
   if [ -d .whl ]; then source bench/gpu/install_wheels.sh; fi
   export PYTHONPATH=$PWD/operator:$PWD/trainer_image${PYTHONPATH:+:$PYTHONPATH}

@@ -5,12 +5,7 @@
 # 2. `hunt/`: bare and trainer, ResNet-50 eager, 2 GPUs; the trainer with TRAINOP_SYNC_DEBUG_STEPS=40:25
 #    (every stack that made the host wait for the GPU, logged once per rank; its timing is not a result);
 # 3. `view/`: the trainer on 2 GPUs with TRAINOP_SWITCHES=bucket_view=off (DDP's default, as bare DDP).
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-O=${OUT:-$PWD/out/gpu}
-mkdir -p "$O"
-t0=$(date +%s)
-left() { echo $(( ${1} - ($(date +%s) - t0) )); }
+source "$(dirname "$0")/call_start.sh"
 (
   if [ -d .whl ]; then source bench/gpu/install_wheels.sh; fi
   export PYTHONPATH=$PWD/operator:$PWD/trainer_image${PYTHONPATH:+:$PYTHONPATH}
