@@ -221,3 +221,34 @@ def refusal(
     if used >= allowed:
         return f"{used} {failure.reason} failures used {budget_field(failure.reason)} ({allowed})"
     return ""
+
+
+def decide(
+    failure: Failure,
+    *,
+    used: int,
+    allowed: int,
+    restarts: int,
+    max_worker_failures: int,
+    stopping: bool,
+    generation: int | None = None,
+) -> dict[str, Any]:
+    """The restart decision on ``failure`` as the driver records it (``why`` empty: restart the group), with
+    the counts after it: ``restarts`` of this attempt and ``used`` of the failure's class."""
+    why = refusal(
+        failure,
+        used=used,
+        allowed=allowed,
+        restarts=restarts,
+        max_worker_failures=max_worker_failures,
+        stopping=stopping,
+    )
+    step = 0 if why else 1
+    return {
+        "failure": failure.to_dict(),
+        "why": why,
+        "generation": generation,
+        "restarts": restarts + step,
+        "used": used + step,
+        "allowed": allowed,
+    }

@@ -405,41 +405,30 @@ def run(config: trainer_config.TrainerConfig, *, inject_failure_at_step: int | N
             restarts = int(decided["restarts"])
         if failed is None:
             break
-        if decided is not None and decided["why"]:  # the policy ended the attempt (recorded by the watcher)
-            failure = failures.Failure.from_dict(decided["failure"])
-            return RunResult(
-                outcome="failed", step=None, error=f"{failure.reason}: {failure.message} ({decided['why']})"
+        if decided is None or not decided["why"]:
+            # A failure the policy did not decide (a worker group that could not start, no policy): ours.
+            group = watchdog.generation(store, restarts)
+            failed_ranks = sorted(getattr(failed, "worker_failures", None) or {}) or None
+            failure = classify_run_failure(store, group, world_size, str(failed), failed_ranks=failed_ranks)
+            decided = failures.decide(
+                failure,
+                used=book.used(failure.reason),
+                allowed=failures.budget(policy_spec, failure.reason),
+                restarts=restarts,
+                max_worker_failures=policy_spec.max_worker_failures,
+                stopping=preempt.requested(),
+                generation=group,
             )
-        # A failure the policy did not decide (a worker group that could not start, no policy): this loop's.
-        group = watchdog.generation(store, restarts)
-        failed_ranks = sorted(getattr(failed, "worker_failures", None) or {}) or None
-        failure = classify_run_failure(store, group, world_size, str(failed), failed_ranks=failed_ranks)
-        used, allowed = book.used(failure.reason), failures.budget(policy_spec, failure.reason)
-        why = failures.refusal(
-            failure,
-            used=used,
-            allowed=allowed,
-            restarts=restarts,
-            max_worker_failures=policy_spec.max_worker_failures,
-            stopping=preempt.requested(),
+            _record_decision(book, decided)
+            if not decided["why"]:
+                restarts = decided["restarts"]
+                if store is not None:
+                    store.add(watchdog.GENERATION_KEY, 1)
+                continue
+        failure = failures.Failure.from_dict(decided["failure"])
+        return RunResult(
+            outcome="failed", step=None, error=f"{failure.reason}: {failure.message} ({decided['why']})"
         )
-        _record_decision(
-            book,
-            {
-                "failure": failure.to_dict(),
-                "why": why,
-                "restarts": restarts + (0 if why else 1),
-                "used": used + (0 if why else 1),
-                "allowed": allowed,
-            },
-        )
-        if why:
-            return RunResult(
-                outcome="failed", step=None, error=f"{failure.reason}: {failure.message} ({why})"
-            )
-        restarts += 1
-        if store is not None:
-            store.add(watchdog.GENERATION_KEY, 1)
     outcome, step = _read_outcome(paths, launch_id)
     return RunResult(outcome=outcome, step=step)
 

@@ -109,27 +109,20 @@ class BudgetedFailurePolicy(FailurePolicy):
             store, current, self.world_size, str(error), failed_ranks=sorted(error.worker_failures)
         )
         policy = self.config.spec.failure_policy
-        used, allowed = self.used.get(failure.reason, 0), failures.budget(policy, failure.reason)
-        why = failures.refusal(
+        decision = failures.decide(
             failure,
-            used=used,
-            allowed=allowed,
+            used=self.used.get(failure.reason, 0),
+            allowed=failures.budget(policy, failure.reason),
             restarts=self.restarts,
             max_worker_failures=policy.max_worker_failures,
             stopping=_stopping(self.config),
+            generation=current,
         )
+        why = decision["why"]
         if not why:
-            self.used[failure.reason] = used + 1
-            self.restarts += 1
+            self.used[failure.reason] = decision["used"]
+            self.restarts = decision["restarts"]
             store.add(watchdog.GENERATION_KEY, 1)  # before the new group starts and reads it
-        decision = {
-            "failure": failure.to_dict(),
-            "why": why,
-            "generation": current,
-            "restarts": self.restarts,
-            "used": used + (0 if why else 1),
-            "allowed": allowed,
-        }
         store.set(decision_key(current), json.dumps(decision))
         return FailureDecision.RAISE if why else FailureDecision.RETRY
 
@@ -210,7 +203,6 @@ class PolicyTorchTrainer(TorchTrainer):
         self._trainop_failure_policy = failure_policy
 
     def _initialize_and_run_controller(self, **controller_init_kwargs: Any) -> Any:
-        given = controller_init_kwargs.get("failure_policy")
-        failure_config = given.failure_config if given is not None else FailureConfig()
-        controller_init_kwargs["failure_policy"] = self._trainop_failure_policy(failure_config)
+        ray_default = controller_init_kwargs["failure_policy"]  # built by fit() from RunConfig.failure_config
+        controller_init_kwargs["failure_policy"] = self._trainop_failure_policy(ray_default.failure_config)
         return super()._initialize_and_run_controller(**controller_init_kwargs)  # type: ignore[misc]

@@ -43,7 +43,13 @@ LABEL_KEY_HINT = (
 )
 MAX_LABEL_KEY_PREFIX = 253
 MAX_LABEL_KEY_LENGTH = MAX_LABEL_KEY_PREFIX + 1 + 63
-LABEL_KEY_PREFIX_RULE = f"k.indexOf('/') <= {MAX_LABEL_KEY_PREFIX}"
+
+
+def label_key_prefix_rule(key: str) -> str:
+    """CEL that holds when the label key ``key`` (a CEL expression) has a short enough prefix."""
+    return f"{key}.indexOf('/') <= {MAX_LABEL_KEY_PREFIX}"
+
+
 LABEL_KEY_PREFIX_TOO_LONG = (
     f"a label key's prefix (before '/') is at most {MAX_LABEL_KEY_PREFIX} characters: shorten it"
 )

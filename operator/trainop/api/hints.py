@@ -11,8 +11,8 @@ PATTERN_HINTS: dict[str, str] = {
     base.QUANTITY_PATTERN: "must be a Kubernetes quantity such as 16Gi, 500Mi or 2",
     base.LABEL_KEY_PATTERN: base.LABEL_KEY_HINT,
     base.LABEL_VALUE_PATTERN: base.LABEL_VALUE_HINT,
-    trainingjob.TOLERATION_KEY_PATTERN: "must be empty (with operator Exists) or a Kubernetes label key: an "
-    "optional DNS-subdomain prefix and '/', then 1-63 letters, digits, '-', '_' or '.', e.g. nvidia.com/gpu",
+    trainingjob.TOLERATION_KEY_PATTERN: "must be empty (with operator Exists) or "
+    + base.LABEL_KEY_HINT.removeprefix("must be "),
     trainingjob.ENTRYPOINT_PATTERN: "must be 'pkg.module:function', e.g. mypkg.train:main",
     trainingjob.NCCL_ENV_KEY_PATTERN: "keys must be NCCL_*, TORCH_NCCL_*, UCX_* or FI_* variables",
     tuningsweep.PARAMETER_NAME_PATTERN: "keys must be dotted paths into the template "

@@ -419,7 +419,7 @@ class Toleration(base.ApiModel):
                     "use operator: Equal",
                 },
                 {
-                    "rule": f"!has(self.key) || self.key.indexOf('/') <= {base.MAX_LABEL_KEY_PREFIX}",
+                    "rule": f"!has(self.key) || {base.label_key_prefix_rule('self.key')}",
                     "message": base.LABEL_KEY_PREFIX_TOO_LONG,
                 },
                 {
@@ -506,7 +506,7 @@ class Workers(base.ApiModel):
         max_length=64,
         json_schema_extra={
             "x-kubernetes-validations": [
-                cel.rule(f"self.all(k, {base.LABEL_KEY_PREFIX_RULE})", base.LABEL_KEY_PREFIX_TOO_LONG)
+                cel.rule(f"self.all(k, {base.label_key_prefix_rule('k')})", base.LABEL_KEY_PREFIX_TOO_LONG)
             ]
         },
     )
