@@ -363,6 +363,7 @@ def test_a_rank_frozen_with_sigstop_is_named_by_its_peers_watchdog_with_stacks_a
 
     thread = threading.Thread(target=freeze_rank1)
     thread.start()
+    controllers = trainer_support.train_controller_logs()
     try:
         result = ray_train.run(config)
     finally:
@@ -392,6 +393,28 @@ def test_a_rank_frozen_with_sigstop_is_named_by_its_peers_watchdog_with_stacks_a
     resumes = [e["step"] for e in trainer_support.events(config) if e["event"] == "resume"]
     assert len(resumes) == 1 and resumes[0] >= 10 and resumes[0] % 10 == 0, resumes
     assert status["progress"]["workerRestarts"] == 1
+    # The frozen rank cannot answer Ray Train's graceful shutdown (5 s of patience): in the controller,
+    # trainop's policy decided, then its stopper killed the group's workers before Ray's shutdown began.
+    messages = trainer_support.controller_messages(controllers)
+    assert_stopped_before_shutdown(messages, failed_ranks=[0], decisions=["Stalled, rank 1): restarting"])
+
+
+def assert_stopped_before_shutdown(
+    messages: list[str], *, failed_ranks: list[int], decisions: list[str]
+) -> None:
+    """Each failed group of a run: trainop's policy logged its decision (``decisions``, in order, each a part
+    of the line) and then FailedGroupStopper killed the 2 workers, before Ray Train's "Shutting down"."""
+    decided = [m for m in messages if m.startswith("trainop: worker group ")]
+    assert len(decided) == len(decisions), messages
+    for line, part in zip(decided, decisions, strict=True):
+        assert part in line, (line, part)
+    stopped = [n for n, m in enumerate(messages) if m.startswith("trainop: the worker group failed")]
+    shutdowns = [n for n, m in enumerate(messages) if m == "Shutting down 2 workers."]
+    assert len(stopped) == len(decisions) and len(shutdowns) >= len(decisions), messages
+    expected = f"trainop: the worker group failed (ranks {failed_ranks}): killing its 2 workers now"
+    for n in stopped:
+        assert messages[n].startswith(expected), messages[n]
+        assert any(n < m for m in shutdowns), messages
 
 
 def test_a_users_exception_is_classified_restarted_within_its_budget_then_ends_the_attempt(
@@ -401,6 +424,7 @@ def test_a_users_exception_is_classified_restarted_within_its_budget_then_ends_t
     the userCodeError budget (1), restarted from checkpoint 10; the second time the budget is used up and
     the attempt fails, its entry restarted=false for the operator."""
     tests_dir = _user_entrypoints_on_path(monkeypatch)
+    controllers = trainer_support.train_controller_logs()
     config = trainer_support.mlp_config(
         tmp_path,
         "user-error",
@@ -435,3 +459,12 @@ def test_a_users_exception_is_classified_restarted_within_its_budget_then_ends_t
     assert (first["restarted"], last["restarted"]) == (True, False)
     resumes = [e["step"] for e in trainer_support.events(config) if e["event"] == "resume"]
     assert resumes == [10], resumes
+    assert_stopped_before_shutdown(
+        trainer_support.controller_messages(controllers),
+        failed_ranks=[1],
+        decisions=[
+            "(UserCodeError, rank 1): restarting",
+            "(UserCodeError, rank 1): the attempt ends (1 UserCodeError failures used "
+            "spec.failurePolicy.budgets.userCodeError (1))",
+        ],
+    )

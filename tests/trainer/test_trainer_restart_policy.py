@@ -206,3 +206,28 @@ def test_restarts_in_the_controller_are_the_default_and_the_driver_loop_is_a_swi
         switches.reset()
     with pytest.raises(ValueError, match="restarts='ray'; choose one of controller, driver"):
         switches.parse("restarts=ray")
+
+
+def test_the_failed_group_stopper_is_the_default_and_uses_ray_train_hooks_that_exist(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """FailedGroupStopper relies on Ray Train 2.60's worker-group callback and two WorkerGroup methods; if an
+    upgrade renames them this fails (the stall test in test_trainer_ray.py shows what it does)."""
+    from ray.train.v2._internal.execution.callback import WorkerGroupCallback
+    from ray.train.v2._internal.execution.worker_group import WorkerGroup
+
+    from trainop_trainer import switches
+
+    assert callable(WorkerGroupCallback.before_worker_group_shutdown)
+    assert callable(WorkerGroup.get_latest_poll_status) and callable(WorkerGroup.get_workers)
+    assert issubclass(restart_policy.FailedGroupStopper, WorkerGroupCallback)
+    assert switches.DEFAULTS["failed_group"] == "kill" and switches.kill_failed_group()
+    monkeypatch.setenv(switches.ENV, "failed_group=graceful")
+    switches.reset()
+    try:
+        assert not switches.kill_failed_group()
+    finally:
+        monkeypatch.delenv(switches.ENV)
+        switches.reset()
+    with pytest.raises(ValueError, match="failed_group='never'; choose one of kill, graceful"):
+        switches.parse("failed_group=never")

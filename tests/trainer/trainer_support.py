@@ -166,13 +166,29 @@ def user_state(config: trainer_config.TrainerConfig, step: int) -> dict[str, Any
     return part.restored
 
 
-def train_controllers() -> int:
-    """How many Ray Train controllers the shared Ray runtime has started so far: each writes its own
-    ``logs/train/ray-train-sys-controller-<worker id>.log`` (an actor's worker process is never reused)."""
+def train_controller_logs() -> set[pathlib.Path]:
+    """The Ray Train controllers' system logs of the shared Ray runtime so far: each controller writes its
+    own ``logs/train/ray-train-sys-controller-<worker id>.log`` (an actor's worker process is never
+    reused)."""
     import ray
 
     logs = pathlib.Path(ray._private.worker._global_node.get_logs_dir_path())
-    return len(list((logs / "train").glob("ray-train-sys-controller-*.log")))
+    return set((logs / "train").glob("ray-train-sys-controller-*.log"))
+
+
+def train_controllers() -> int:
+    """How many Ray Train controllers the shared Ray runtime has started so far."""
+    return len(train_controller_logs())
+
+
+def controller_messages(before: set[pathlib.Path]) -> list[str]:
+    """The messages of the controllers started since ``before`` (``train_controller_logs()``), in order."""
+    messages: list[str] = []
+    for path in sorted(train_controller_logs() - before):
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                messages.append(str(json.loads(line).get("message", "")))
+    return messages
 
 
 def events(config: trainer_config.TrainerConfig) -> list[dict[str, Any]]:

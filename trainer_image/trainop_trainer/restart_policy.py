@@ -34,7 +34,9 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import ray
 from ray.train.torch import TorchTrainer
+from ray.train.v2._internal.execution.callback import WorkerGroupCallback
 from ray.train.v2._internal.execution.failure_handling import FailureDecision, FailurePolicy
 from ray.train.v2._internal.execution.failure_handling.default import DefaultFailurePolicy
 from ray.train.v2.api.config import FailureConfig
@@ -42,9 +44,12 @@ from ray.train.v2.api.exceptions import TrainingFailedError, WorkerGroupError
 
 from trainop.api import trainer_config
 from trainop_trainer import config as config_module
-from trainop_trainer import failures
+from trainop_trainer import failures, switches
 
 log = logging.getLogger(__name__)
+# In the controller actor only Ray Train's logger has handlers (its controller logs and the console): the
+# policy's and the stopper's lines go through a child of it, next to Ray Train's own.
+_controller_log = logging.getLogger("ray.train.trainop")
 
 _HOOK = "_initialize_and_run_controller"
 
@@ -124,6 +129,13 @@ class BudgetedFailurePolicy(FailurePolicy):
             self.restarts = decision["restarts"]
             store.add(watchdog.GENERATION_KEY, 1)  # before the new group starts and reads it
         store.set(decision_key(current), json.dumps(decision))
+        _controller_log.info(
+            "trainop: worker group %d failed (%s, rank %s): %s",
+            current,
+            failure.reason,
+            failure.rank,
+            f"the attempt ends ({why})" if why else "restarting the worker group from the newest checkpoint",
+        )
         return FailureDecision.RAISE if why else FailureDecision.RETRY
 
 
@@ -195,14 +207,62 @@ class DecisionWatcher:
         return self.last
 
 
+class FailedGroupStopper(WorkerGroupCallback):
+    """Kills a failed worker group's workers at once, before Ray Train's graceful shutdown of the group.
+
+    Ray Train shuts a worker group down in two waits: its Torch backend asks every worker to destroy its
+    process group (up to ``TORCH_PROCESS_GROUP_SHUTDOWN_TIMEOUT_S``, 30 s, unless a worker is already dead),
+    then every worker's actor to run its shutdown hooks (``_shutdown_workers(patience_s=5)``), and kills the
+    workers after that. When one rank failed, the others are usually in a collective with it, and a worker
+    whose process group cannot be destroyed cannot answer the second wait either: on the CPU a frozen
+    (stalled) rank; on the GPU machine a surviving rank whose peer died, in every restart measured on
+    2026-11-27 (docs/benchmarks-gpu.md, "Recovery in Ray Train's controller"), even though it answered a
+    0.5 s ping just before the backend's shutdown (an earlier version of this callback killed only the
+    workers that did not answer one): the backend gives up on the dead rank at once, but the survivor's
+    actor is still running ``destroy_process_group`` on an NCCL communicator with a collective pending.
+    Nothing is lost by not waiting: the hooks only reset Ray's metrics, a committed checkpoint is on the
+    storage already, and one still being written is not committed (Ray kills the workers after its patience
+    anyway). So when the latest poll of the group reported an error, this callback, first in the
+    controller's list, kills every worker of the group; the graceful steps that follow find dead actors and
+    end at once (Ray Train then logs "Graceful shutdown of backend failed. This is expected if one of the
+    workers has crashed.", which the callback's own line announces). A group that finished, and a group the
+    user aborts, are left to Ray. Runs in the controller actor; ``TRAINOP_SWITCHES=failed_group=graceful``
+    leaves it out.
+    """
+
+    def before_worker_group_shutdown(self, worker_group: Any) -> None:
+        status = worker_group.get_latest_poll_status()
+        if status is None or not status.errors:
+            return
+        workers = list(worker_group.get_workers() or [])
+        _controller_log.info(
+            "trainop: the worker group failed (ranks %s): killing its %d workers now instead of Ray Train's "
+            "graceful shutdown, which waits for ranks stuck in a collective with a failed one (the "
+            "'Graceful shutdown of backend failed' warning that follows is expected)",
+            sorted(status.errors),
+            len(workers),
+        )
+        for worker in workers:
+            try:
+                ray.kill(worker.actor, no_restart=True)
+            except Exception as exc:  # already gone: Ray's own shutdown goes on as before
+                _controller_log.debug("trainop: killing a worker of the failed group: %s", exc)
+
+
 class PolicyTorchTrainer(TorchTrainer):
-    """A ``TorchTrainer`` whose controller decides restarts with the policy ``failure_policy`` builds."""
+    """A ``TorchTrainer`` whose controller decides restarts with the policy ``failure_policy`` builds and
+    (unless ``switches`` say ``failed_group=graceful``) stops a failed group with
+    :class:`FailedGroupStopper`."""
 
     def __init__(self, *args: Any, failure_policy: Callable[[FailureConfig], FailurePolicy], **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._trainop_failure_policy = failure_policy
+        self._trainop_kill_failed_group = switches.kill_failed_group()
 
     def _initialize_and_run_controller(self, **controller_init_kwargs: Any) -> Any:
         ray_default = controller_init_kwargs["failure_policy"]  # built by fit() from RunConfig.failure_config
         controller_init_kwargs["failure_policy"] = self._trainop_failure_policy(ray_default.failure_config)
+        if self._trainop_kill_failed_group:
+            # First, so that it runs before the Torch backend's graceful shutdown waits on the workers.
+            controller_init_kwargs["callbacks"] = [FailedGroupStopper(), *controller_init_kwargs["callbacks"]]
         return super()._initialize_and_run_controller(**controller_init_kwargs)  # type: ignore[misc]

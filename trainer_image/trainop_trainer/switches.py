@@ -37,6 +37,10 @@ on every rank at once:
   (default): trainop's failure policy decides in-attempt restarts inside Ray Train's controller, which starts
   only a new worker group (``restart_policy``). ``driver``: the loop before 2026-11-27, every restart a new
   ``fit()`` (a new controller), for the side-by-side recovery benchmark (bench/gpu/i17_recovery.sh).
+- ``failed_group`` (``restart_policy.PolicyTorchTrainer``, read once, in the driver: a process-level choice;
+  controller restarts only). ``kill`` (default): a failed worker group's workers are killed at once
+  (``restart_policy.FailedGroupStopper``). ``graceful``: Ray Train's own shutdown (up to 5 s for each
+  worker's shutdown hooks, then a kill), for the side-by-side recovery benchmark.
 ``TRAINOP_SWITCHES`` sets them for a process (``input=f32,control_every=4``; Ray workers get it from the
 driver, see ``ray_train``). A job never needs to: the defaults are the trainer's choice. It must not hold
 anything but these values.
@@ -54,6 +58,7 @@ PREFETCH_MODES = ("eager", "after", "repeat")
 REPORT_SYNC_MODES = ("lagged", "device")
 BUCKET_VIEW_MODES = ("on", "off")
 RESTART_MODES = ("controller", "driver")
+FAILED_GROUP_MODES = ("kill", "graceful")
 DEFAULTS: dict[str, str | int] = {
     "input": "fused",
     "prefetch": "eager",
@@ -61,6 +66,7 @@ DEFAULTS: dict[str, str | int] = {
     "control_every": 1,
     "bucket_view": "on",
     "restarts": "controller",
+    "failed_group": "kill",
 }
 
 _CHOICES = {
@@ -69,6 +75,7 @@ _CHOICES = {
     "report_sync": REPORT_SYNC_MODES,
     "bucket_view": BUCKET_VIEW_MODES,
     "restarts": RESTART_MODES,
+    "failed_group": FAILED_GROUP_MODES,
 }
 
 # The values in force (module state, read at every use).
@@ -132,6 +139,10 @@ def bucket_view() -> bool:
 
 def restarts_in_controller() -> bool:
     return values["restarts"] == "controller"
+
+
+def kill_failed_group() -> bool:
+    return values["failed_group"] == "kill"
 
 
 def control_every() -> int:
