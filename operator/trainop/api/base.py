@@ -36,6 +36,15 @@ MAX_NAME_LENGTH = 40
 # then a name of 1-63 characters. The prefix's own limit (253) is a separate check: RE2 cannot count it.
 _DNS_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
 LABEL_KEY_PATTERN = rf"^({_DNS_SUBDOMAIN}/)?([A-Za-z0-9][-A-Za-z0-9_.]{{0,61}})?[A-Za-z0-9]$"
+# The name of most Kubernetes objects (a PersistentVolumeClaim, a Secret): an RFC 1123 DNS subdomain.
+DNS_SUBDOMAIN_PATTERN = rf"^{_DNS_SUBDOMAIN}$"
+MAX_DNS_SUBDOMAIN = 253
+# A key of a Secret or ConfigMap (what a pod's secretKeyRef may name).
+SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
+DNS_SUBDOMAIN_HINT = (
+    "must be the name of an object in the job's namespace: lowercase letters, digits, '-' and single dots, "
+    "starting and ending with a letter or digit, at most 253 characters"
+)
 LABEL_KEY_HINT = (
     "must be a Kubernetes label key: an optional DNS-subdomain prefix and '/' (lowercase letters, digits, "
     "'-' and single dots), then 1-63 letters, digits, '-', '_' or '.' starting and ending with a letter or "

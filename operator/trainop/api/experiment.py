@@ -50,9 +50,11 @@ class KeepBest(base.ApiModel):
 class SecretKeyRef(base.ApiModel):
     """A key of a Secret in the job's namespace."""
 
-    name: Annotated[str, pydantic.Field(min_length=1, max_length=253)]
+    name: Annotated[
+        str, pydantic.Field(max_length=base.MAX_DNS_SUBDOMAIN, pattern=base.DNS_SUBDOMAIN_PATTERN)
+    ]
     """The Secret's name."""
-    key: Annotated[str, pydantic.Field(min_length=1, max_length=253)]
+    key: Annotated[str, pydantic.Field(max_length=253, pattern=base.SECRET_KEY_PATTERN)]
     """The key inside the Secret whose value is used."""
 
 

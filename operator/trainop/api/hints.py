@@ -17,8 +17,8 @@ PATTERN_HINTS: dict[str, str] = {
     trainingjob.NCCL_ENV_KEY_PATTERN: "keys must be NCCL_*, TORCH_NCCL_*, UCX_* or FI_* variables",
     tuningsweep.PARAMETER_NAME_PATTERN: "keys must be dotted paths into the template "
     "(hyperparameters.learningRate) or nccl.NCCL_* variables",
-    trainingjob.CLAIM_NAME_PATTERN: "must be the name of a PersistentVolumeClaim in the job's namespace "
-    "(lowercase letters, digits, '-' and '.')",
+    base.DNS_SUBDOMAIN_PATTERN: base.DNS_SUBDOMAIN_HINT,  # claims' and Secrets' names
+    base.SECRET_KEY_PATTERN: "must be a key of the Secret: letters, digits, '-', '_' and '.'",
 }
 
 

@@ -26,8 +26,9 @@ MAX_FAILURE_HISTORY = operator_status.MAX_FAILURE_HISTORY
 
 ENTRYPOINT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
 NCCL_ENV_KEY_PATTERN = r"^(NCCL|TORCH_NCCL|UCX|FI)_[A-Z0-9_]+$"
-CLAIM_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
-SECRET_NAME_PATTERN = CLAIM_NAME_PATTERN  # both are DNS subdomain names
+# A claim's and a Secret's name: what Kubernetes accepts as their names (single dots: "a..b" is refused).
+CLAIM_NAME_PATTERN = base.DNS_SUBDOMAIN_PATTERN
+SECRET_NAME_PATTERN = CLAIM_NAME_PATTERN
 TOLERATION_KEY_PATTERN = "^$|" + base.LABEL_KEY_PATTERN  # empty: every taint (with operator Exists)
 # S3's bucket naming rules (3-63 characters: lower-case letters, digits, dots and hyphens).
 BUCKET_PATTERN = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
@@ -564,7 +565,9 @@ class S3Bucket(base.ApiModel):
         description="The bucket's region (signs every request; most other servers accept any value). "
         "Default us-east-1.",
     )
-    credentials_secret: Annotated[str, pydantic.Field(pattern=SECRET_NAME_PATTERN)] | None = None
+    credentials_secret: (
+        Annotated[str, pydantic.Field(pattern=SECRET_NAME_PATTERN, max_length=base.MAX_DNS_SUBDOMAIN)] | None
+    ) = None
     """A Secret in the job's namespace with the keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and
     AWS_SESSION_TOKEN for temporary credentials), handed to the Ray containers as environment variables.
     Unset (the default): the pods' own AWS credentials (IRSA / EKS Pod Identity, an instance profile)."""
@@ -593,7 +596,9 @@ class Storage(base.ApiModel):
     """Access mode of the created claim: ReadWriteOnce (the default: one node at a time, enough when the head
     and every worker share a node), ReadWriteMany (a shared file system: needed when pods run on several
     nodes) or ReadWriteOncePod."""
-    existing_claim: Annotated[str, pydantic.Field(pattern=CLAIM_NAME_PATTERN)] | None = None
+    existing_claim: (
+        Annotated[str, pydantic.Field(pattern=CLAIM_NAME_PATTERN, max_length=base.MAX_DNS_SUBDOMAIN)] | None
+    ) = None
     """A PersistentVolumeClaim in the job's namespace to keep checkpoints on (and to read datasets from);
     trainop then creates no claim and never deletes it. Unset: trainop creates <job>-ckpt."""
     delete_with_job: bool = pydantic.Field(
@@ -629,7 +634,9 @@ class DataSource(base.ApiModel):
         }
     )
 
-    existing_claim: Annotated[str, pydantic.Field(pattern=CLAIM_NAME_PATTERN)] | None = None
+    existing_claim: (
+        Annotated[str, pydantic.Field(pattern=CLAIM_NAME_PATTERN, max_length=base.MAX_DNS_SUBDOMAIN)] | None
+    ) = None
     """A PersistentVolumeClaim in the job's namespace holding the data, mounted read-only at /data in every
     worker pod (several nodes at once need a ReadOnlyMany or ReadWriteMany volume). Unset (the default): see
     s3."""
