@@ -464,7 +464,7 @@ def test_a_users_exception_is_classified_restarted_within_its_budget_then_ends_t
         failed_ranks=[1],
         decisions=[
             "(UserCodeError, rank 1): restarting",
-            "(UserCodeError, rank 1): the attempt ends (1 UserCodeError failures used "
+            "(UserCodeError, rank 1): the attempt ends (1 UserCodeError failure used up "
             "spec.failurePolicy.budgets.userCodeError (1))",
         ],
     )

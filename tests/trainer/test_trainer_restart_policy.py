@@ -100,7 +100,7 @@ def test_a_users_exception_restarts_the_group_within_its_budget_then_ends_the_at
     report(store, 1, 1, bad)
     assert policy.make_decision(error) == FailureDecision.RAISE  # budgets.userCodeError: 1 is used up
     second = json.loads(store.get(restart_policy.decision_key(1)))
-    assert second["why"] == "1 UserCodeError failures used spec.failurePolicy.budgets.userCodeError (1)"
+    assert second["why"] == "1 UserCodeError failure used up spec.failurePolicy.budgets.userCodeError (1)"
     assert watchdog.generation(store, -1) == 1  # no new group
 
 
@@ -126,7 +126,7 @@ def test_the_operators_attempts_count_against_the_budget_and_so_does_max_worker_
     out_of_restarts = policy_for(config, store, restarts=3)
     assert out_of_restarts.make_decision(rank_died(0)) == FailureDecision.RAISE
     why = json.loads(store.get(restart_policy.decision_key(0)))["why"]  # same group: the newer decision
-    assert why == "3 in-attempt restarts used spec.failurePolicy.maxWorkerFailures (3)"
+    assert why == "3 in-attempt restarts used up spec.failurePolicy.maxWorkerFailures (3)"
 
 
 def test_a_preemption_and_a_stopping_driver_end_the_attempt(tmp_path: pathlib.Path, store: Any) -> None:

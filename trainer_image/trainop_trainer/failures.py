@@ -217,9 +217,9 @@ def refusal(
         return "the driver is stopping"
     if restarts >= max_worker_failures:
         limit = f"spec.failurePolicy.maxWorkerFailures ({max_worker_failures})"
-        return f"{restarts} in-attempt restarts used {limit}"
+        return f"{restarts} in-attempt restart{_s(restarts)} used up {limit}"
     if used >= allowed:
-        return f"{used} {failure.reason} failures used {budget_field(failure.reason)} ({allowed})"
+        return f"{used} {failure.reason} failure{_s(used)} used up {budget_field(failure.reason)} ({allowed})"
     return ""
 
 
@@ -252,3 +252,7 @@ def decide(
         "used": used + step,
         "allowed": allowed,
     }
+
+
+def _s(count: int) -> str:
+    return "" if count == 1 else "s"
