@@ -101,13 +101,28 @@ class StatusPublisher:
         return self._sinks
 
     def checkpoint_of(self, trial_id: str) -> str | None:
-        """The newest checkpoint of a trial, as its own trainer recorded it (``<run>/status.json``)."""
+        """The newest checkpoint of a trial: the one its own trainer recorded (``<run>/status.json``), or a
+        newer committed one next to it. The trainer records a checkpoint after committing it, and ASHA may
+        stop a trial at ``maxT`` (its last step) between the two (seen once in a CI rehearsal, 2026-11-27)."""
         run_status = self.paths.run_dir(self.sweep_name, trial_id) / "status.json"
         try:
             path = json.loads(run_status.read_text()).get("checkpoint", {}).get("path")
         except (OSError, ValueError):
             return None
-        return str(path) if path else None
+        if not path:
+            return None
+        recorded = str(path)
+        match = re.fullmatch(r"step_(\d+)", pathlib.Path(recorded).name)
+        if match is None:
+            return recorded
+        from trainop_trainer import checkpoint_store
+
+        try:
+            store = checkpoint_store.CheckpointStore(pathlib.Path(recorded).parent)
+            newest = max(store.committed_steps(), default=-1)
+        except Exception:  # a directory this process cannot list (another machine's path): the record
+            return recorded
+        return store.step_path(newest).path if newest > int(match.group(1)) else recorded
 
     def publish(self, records: dict[str, Any], rows: list[dict[str, Any]]) -> None:
         for sink in self._open():
