@@ -192,13 +192,8 @@ def test_fused_image_input_is_within_float32_rounding_of_the_reference_in_layout
 
 def test_bucket_views_are_the_default_and_off_gives_ddps_own_default(monkeypatch: pytest.MonkeyPatch) -> None:
     assert switches.DEFAULTS["bucket_view"] == "on" and switches.bucket_view()
-    monkeypatch.setenv(switches.ENV, "bucket_view=off")
-    switches.reset()
-    try:
+    with trainer_support.switches_from_env(monkeypatch, "bucket_view=off"):
         assert not switches.bucket_view()
-    finally:
-        monkeypatch.delenv(switches.ENV)
-        switches.reset()
 
 
 @pytest.mark.parametrize("text", ["40", "40:0", "a:5", "40:"])

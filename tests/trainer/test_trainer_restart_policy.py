@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import torch.distributed as dist
+import trainer_support
 from ray.exceptions import ActorDiedError
 from ray.train.v2._internal.exceptions import WorkerGroupStartupTimeoutError
 from ray.train.v2._internal.execution.failure_handling import FailureDecision
@@ -197,13 +198,8 @@ def test_restarts_in_the_controller_are_the_default_and_the_driver_loop_is_a_swi
     from trainop_trainer import switches
 
     assert switches.DEFAULTS["restarts"] == "controller" and switches.restarts_in_controller()
-    monkeypatch.setenv(switches.ENV, "restarts=driver")
-    switches.reset()
-    try:
+    with trainer_support.switches_from_env(monkeypatch, "restarts=driver"):
         assert not switches.restarts_in_controller()
-    finally:
-        monkeypatch.delenv(switches.ENV)
-        switches.reset()
     with pytest.raises(ValueError, match="restarts='ray'; choose one of controller, driver"):
         switches.parse("restarts=ray")
 
@@ -222,12 +218,7 @@ def test_the_failed_group_stopper_is_the_default_and_uses_ray_train_hooks_that_e
     assert callable(WorkerGroup.get_latest_poll_status) and callable(WorkerGroup.get_workers)
     assert issubclass(restart_policy.FailedGroupStopper, WorkerGroupCallback)
     assert switches.DEFAULTS["failed_group"] == "kill" and switches.kill_failed_group()
-    monkeypatch.setenv(switches.ENV, "failed_group=graceful")
-    switches.reset()
-    try:
+    with trainer_support.switches_from_env(monkeypatch, "failed_group=graceful"):
         assert not switches.kill_failed_group()
-    finally:
-        monkeypatch.delenv(switches.ENV)
-        switches.reset()
     with pytest.raises(ValueError, match="failed_group='never'; choose one of kill, graceful"):
         switches.parse("failed_group=never")

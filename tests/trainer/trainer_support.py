@@ -166,6 +166,21 @@ def user_state(config: trainer_config.TrainerConfig, step: int) -> dict[str, Any
     return part.restored
 
 
+@contextlib.contextmanager
+def switches_from_env(monkeypatch: Any, text: str) -> Iterator[None]:
+    """``TRAINOP_SWITCHES=text`` read as a process reads it at start (``switches.reset``), then the
+    defaults again."""
+    from trainop_trainer import switches
+
+    monkeypatch.setenv(switches.ENV, text)
+    switches.reset()
+    try:
+        yield
+    finally:
+        monkeypatch.delenv(switches.ENV)
+        switches.reset()
+
+
 def train_controller_logs() -> set[pathlib.Path]:
     """The Ray Train controllers' system logs of the shared Ray runtime so far: each controller writes its
     own ``logs/train/ray-train-sys-controller-<worker id>.log`` (an actor's worker process is never

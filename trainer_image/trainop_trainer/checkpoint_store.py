@@ -134,6 +134,12 @@ def step_dir_name(step: int) -> str:
     return f"step_{step}"
 
 
+def step_of_dir_name(name: str) -> int | None:
+    """The step of a ``step_<N>`` directory name (None for any other name)."""
+    match = _STEP_DIR.match(name)
+    return int(match.group(1)) if match else None
+
+
 class CheckpointStore:
     """The ``checkpoints/`` directory of one run, on the volume or in a bucket."""
 
@@ -150,9 +156,9 @@ class CheckpointStore:
         """``(step, path)`` of every ``step_<N>`` directory, committed or not, newest first."""
         found = []
         for name, info in self._listing().items():
-            match = _STEP_DIR.match(name)
-            if match and info.type == pafs.FileType.Directory:
-                found.append((int(match.group(1)), self.root / name))
+            step = step_of_dir_name(name)
+            if step is not None and info.type == pafs.FileType.Directory:
+                found.append((step, self.root / name))
         return sorted(found, key=lambda entry: entry[0], reverse=True)
 
     @staticmethod

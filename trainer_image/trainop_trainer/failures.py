@@ -201,28 +201,6 @@ def budget_field(reason: str) -> str:
     return "spec.failurePolicy.budgets." + parts[0] + "".join(p.title() for p in parts[1:])
 
 
-def refusal(
-    failure: Failure,
-    *,
-    used: int,
-    allowed: int,
-    restarts: int,
-    max_worker_failures: int,
-    stopping: bool,
-) -> str:
-    """Why ``failure`` must end the attempt instead of restarting the worker group ("" to restart)."""
-    if failure.reason not in FAST_RECOVERY:
-        return f"{failure.reason} is not restarted inside an attempt"
-    if stopping:
-        return "the driver is stopping"
-    if restarts >= max_worker_failures:
-        limit = f"spec.failurePolicy.maxWorkerFailures ({max_worker_failures})"
-        return f"{restarts} in-attempt restart{_s(restarts)} used up {limit}"
-    if used >= allowed:
-        return f"{used} {failure.reason} failure{_s(used)} used up {budget_field(failure.reason)} ({allowed})"
-    return ""
-
-
 def decide(
     failure: Failure,
     *,
@@ -235,14 +213,16 @@ def decide(
 ) -> dict[str, Any]:
     """The restart decision on ``failure`` as the driver records it (``why`` empty: restart the group), with
     the counts after it: ``restarts`` of this attempt and ``used`` of the failure's class."""
-    why = refusal(
-        failure,
-        used=used,
-        allowed=allowed,
-        restarts=restarts,
-        max_worker_failures=max_worker_failures,
-        stopping=stopping,
-    )
+    why = ""  # restart the group, unless:
+    if failure.reason not in FAST_RECOVERY:
+        why = f"{failure.reason} is not restarted inside an attempt"
+    elif stopping:
+        why = "the driver is stopping"
+    elif restarts >= max_worker_failures:
+        limit = f"spec.failurePolicy.maxWorkerFailures ({max_worker_failures})"
+        why = f"{restarts} in-attempt restart{_s(restarts)} used up {limit}"
+    elif used >= allowed:
+        why = f"{used} {failure.reason} failure{_s(used)} used up {budget_field(failure.reason)} ({allowed})"
     step = 0 if why else 1
     return {
         "failure": failure.to_dict(),

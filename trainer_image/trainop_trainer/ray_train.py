@@ -15,7 +15,7 @@ UserCodeError, Stalled, NCCLError, OOMKilled and Unknown, while the class's budg
 ``maxWorkerFailures`` allow, restarts the worker group in the same controller: the new group resumes from
 the newest valid checkpoint in ``<storagePath>/<runName>/checkpoints``. The driver records each decision on
 ``status.workerFailures`` (``FailureBook``). Otherwise the attempt fails, its entry ``restarted: false`` for
-the operator. A failure the policy did not decide is the driver's, with the same rule (``failures.refusal``):
+the operator. A failure the policy did not decide is the driver's, with the same rule (``failures.decide``):
 it runs ``fit()`` again. A new attempt is a new ``TorchTrainer`` with the same name and storage
 path; it finds the same checkpoints (``checkpoint.py`` says why Ray's own registry is not used).
 

@@ -8,7 +8,7 @@ took 50 s (the demo, 2026-11-27), on the GPU machine about 5 s (docs/benchmarks-
 
 Now the driver hands the controller a :class:`BudgetedFailurePolicy`. On a ``WorkerGroupError`` it
 classifies the failure from the ranks' own reports in the driver's store (``ray_train.classify_run_failure``,
-with the ranks Ray says failed), applies the driver's rule (``failures.refusal``: the class restarts inside
+with the ranks Ray says failed), applies the driver's rule (``failures.decide``: the class restarts inside
 an attempt, its budget and ``maxWorkerFailures`` allow, the driver is not stopping) and answers RETRY (the
 controller starts a new worker group on the same placement group) or RAISE (the attempt ends). Each
 decision is posted to the store (:func:`decision_key`); the driver's :class:`DecisionWatcher` records it on

@@ -111,18 +111,18 @@ class StatusPublisher:
             return None
         if not path:
             return None
-        recorded = str(path)
-        match = re.fullmatch(r"step_(\d+)", pathlib.Path(recorded).name)
-        if match is None:
-            return recorded
         from trainop_trainer import checkpoint_store
 
+        recorded = str(path)
+        step = checkpoint_store.step_of_dir_name(pathlib.Path(recorded).name)
+        if step is None:
+            return recorded
         try:
             store = checkpoint_store.CheckpointStore(pathlib.Path(recorded).parent)
             newest = max(store.committed_steps(), default=-1)
         except Exception:  # a directory this process cannot list (another machine's path): the record
             return recorded
-        return store.step_path(newest).path if newest > int(match.group(1)) else recorded
+        return store.step_path(newest).path if newest > step else recorded
 
     def publish(self, records: dict[str, Any], rows: list[dict[str, Any]]) -> None:
         for sink in self._open():
