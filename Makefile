@@ -7,6 +7,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
+# make test: 2 runs the unit and chart tiers beside the others (tests/lanes.py), 1 runs one plain pytest
+TEST_LANES ?= 2
 KUBECONFIG ?=
 E2E_REAL_CLUSTER ?=
 
@@ -37,7 +39,7 @@ lint: $(STAMP) ## ruff (lint + format check) and mypy --strict on the API and op
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy --strict operator/trainop
-	$(VENV)/bin/mypy --strict tests/controlplane tests/tiers.py tests/tier_gate.py tests/property_seed.py
+	$(VENV)/bin/mypy --strict tests/controlplane tests/tiers.py tests/tier_gate.py tests/lanes.py tests/property_seed.py
 	$(VENV)/bin/mypy --strict tests/nodeagent tests/clusterbed tests/objectstore
 
 .PHONY: preflight
@@ -57,8 +59,8 @@ test-unit: $(STAMP) ## fast tier: no control plane, no Ray
 	$(PY) -m pytest -m "not controlplane and not ray and not e2e" $(PYTEST_ARGS)
 
 .PHONY: test
-test: $(STAMP) controlplane ## every test: unit, real control plane, real Ray, e2e, chart, monitoring (per-tier counts at the end)
-	$(PY) -m pytest $(PYTEST_ARGS)
+test: $(STAMP) controlplane ## every test: unit, real control plane, real Ray, e2e, chart, monitoring, in two lanes at once (tests/lanes.py; TEST_LANES=1: one pytest); per-tier counts at the end
+	TRAINOP_TEST_LANES=$(TEST_LANES) $(PY) -m tests.lanes $(PYTEST_ARGS)
 
 .PHONY: e2e
 e2e: $(STAMP) controlplane ## the end-to-end scenarios (KUBECONFIG=... E2E_REAL_CLUSTER=1 for a real cluster)

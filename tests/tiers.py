@@ -215,8 +215,9 @@ class _TierPlugin:
         summary = self.state.summary(
             exitstatus=int(exitstatus), args=list(self.config.invocation_params.args)
         )
-        if tier_gate.in_ci():
+        if tier_gate.in_ci() and not os.environ.get(tier_gate.LANE_ENV):
             # Judge the run as if pytest had passed: the gate adds what pytest's own status cannot say.
+            # One lane of ``make test`` (tests/lanes.py) is judged with the other, on the merged summary.
             self.state.problems = tier_gate.check({**summary, "exitstatus": 0})
             if self.state.problems and exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -237,13 +238,21 @@ class _TierPlugin:
         for line in tier_gate.table(self.state.summary(exitstatus=exitstatus, args=[])):
             terminalreporter.write_line(line)
         not_run = [skip for skip in self.state.skipped if not skip["allowed"]]
-        if not_run or self.state.deselected:
+        by_tier: dict[str, int] = {}
+        for item in self.state.deselected:
+            by_tier[item["tier"]] = by_tier.get(item["tier"], 0) + 1
+        lane = os.environ.get(tier_gate.LANE_ENV)
+        if lane and by_tier:
+            # make test's lane split (tests/lanes.py): the merged table at its end counts what no lane ran.
+            terminalreporter.write_line(
+                f"lane {lane} left to the other lane: "
+                + ", ".join(f"{count} {tier}" for tier, count in sorted(by_tier.items()))
+            )
+            by_tier = {}
+        if not_run or by_tier:
             terminalreporter.section("NOT RUN", yellow=True, bold=True)
             for skip in not_run:
                 terminalreporter.write_line(f"SKIPPED {skip['nodeid']}: {skip['reason']}", yellow=True)
-            by_tier: dict[str, int] = {}
-            for item in self.state.deselected:
-                by_tier[item["tier"]] = by_tier.get(item["tier"], 0) + 1
             for tier, count in sorted(by_tier.items()):
                 terminalreporter.write_line(f"DESELECTED {count} test(s) of tier {tier}", yellow=True)
         if self.state.problems:
