@@ -31,7 +31,7 @@ def default_switches() -> Iterator[None]:
     switches.reset()
 
 
-def test_lagged_reports_give_the_previous_window_and_the_last_report_its_own() -> None:
+def test_lagged_reports_give_the_previous_window_and_the_last_report_the_rest() -> None:
     window = ReportWindow(world_size=2, device=CUDA)
     window.restart(0)
     for value in (1.0, 2.0, 3.0):
@@ -51,24 +51,43 @@ def test_lagged_reports_give_the_previous_window_and_the_last_report_its_own() -
     window.add_loss(torch.tensor(7.0, device=CUDA))
     window.add_samples(8)
     last = window.close(step=6, total_steps=6)
-    assert last.covers is None and last.local_loss == pytest.approx(7.0)
+    # The window staged at step 5 (two losses of 10) is reported with the last one (7): none is lost.
+    assert last.covers == (3, 6) and last.local_loss == pytest.approx(9.0)
     assert last.eta_seconds == 0.0
 
 
+def test_a_final_report_before_the_last_step_covers_the_staged_window_too() -> None:
+    """A run that stops early (a preemption's checkpoint) reports ``final``: no window is left staged."""
+    window = ReportWindow(world_size=1, device=CUDA)
+    window.restart(0)
+    for step, value in ((1, 4.0), (2, 2.0)):
+        window.add_loss(torch.tensor(value, device=CUDA))
+        window.add_samples(8)
+        window.close(step=step, total_steps=100)
+    window.add_loss(torch.tensor(6.0, device=CUDA))
+    window.add_samples(8)
+    stop = window.close(step=3, total_steps=100, final=True)
+    assert stop.covers == (1, 3) and stop.local_loss == pytest.approx(4.0)
+    assert stop.samples_per_second is not None and stop.samples_per_second > 0
+
+
 def test_the_last_window_is_timed_on_the_device_not_from_where_the_host_was_ahead() -> None:
-    """The host closes a window while the device still runs the window's long kernel: the next (last)
-    window's own device work is tiny, so its rate must not count the ~0.2 s the host was ahead."""
+    """The host closes a window while the device still runs the window's long kernel: the later windows'
+    own device work is tiny, so their rate must not count the ~0.2 s the host was ahead."""
     window = ReportWindow(world_size=1, device=CUDA)
     window.restart(0)
     torch.cuda.synchronize()
     window.add_loss(torch.tensor(1.0, device=CUDA))
     torch.cuda._sleep(LONG_KERNEL_CYCLES)  # type: ignore[no-untyped-call]  # the window's long step
     window.add_samples(100)
-    window.close(step=1, total_steps=2)  # lagged: returns at once, the kernel still runs
-    window.add_loss(torch.tensor(1.0, device=CUDA))
-    window.add_samples(100)
-    last = window.close(step=2, total_steps=2)
-    # Host-timed, the window would take the kernel's remaining ~0.2 s: about 500 samples/s.
+    window.close(step=1, total_steps=3)  # lagged: returns at once, the kernel still runs
+    for step in (2, 3):
+        window.add_loss(torch.tensor(1.0, device=CUDA))
+        window.add_samples(100)
+        last = window.close(step=step, total_steps=3)  # at 2: reports window 1 (waits for its kernel)
+    # The last report covers windows 2 and 3, which started when the host was ~0.2 s ahead of the device:
+    # host-timed, they would take that lead, about 1,000 samples/s.
+    assert last.covers == (1, 3)
     assert last.samples_per_second is not None and last.samples_per_second > 5_000
 
 

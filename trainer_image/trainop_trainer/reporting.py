@@ -38,7 +38,8 @@ class WindowStats:
     local_loss: float | None
     samples_per_second: float | None
     eta_seconds: float | None
-    # The steps (from, to] the loss and rate are of when they are not this report's window (lagged reports).
+    # The steps (from, to] the loss and rate are of when they are not this report's own window: the previous
+    # window (lagged reports), or this one and the one staged before it (the last report of a lagged run).
     covers: tuple[int, int] | None = None
 
 
@@ -92,7 +93,7 @@ class ReportWindow:
         """Losses or samples not reported yet."""
         return self._loss_count > 0 or self._samples > 0
 
-    def close(self, *, step: int, total_steps: int | None) -> WindowStats:
+    def close(self, *, step: int, total_steps: int | None, final: bool = False) -> WindowStats:
         """The window's report, and a new window from now (the report's own cost counts against it).
 
         On the CPU, and on CUDA with ``switches`` ``report_sync=device``, and for the last report of a run:
@@ -101,9 +102,13 @@ class ReportWindow:
         (``report_sync=lagged``) nothing waits: the report gives the previous window's loss and rate
         (``_close_lagged``); the last report of a run waits, and times its window between CUDA events like
         the others (its host clock started while the host was ahead of the device: wall time would count
-        that lead against the window)."""
-        if self._lagged() and not (total_steps is not None and step >= total_steps):
+        that lead against the window). The last report is the one at ``total_steps`` or one marked
+        ``final`` (the run stops there: a preemption's checkpoint); it also covers the window staged at
+        the lagged report before it, which would otherwise never be reported (``covers`` says so)."""
+        final = final or (total_steps is not None and step >= total_steps)
+        if self._lagged() and not final:
             return self._close_lagged(step=step, total_steps=total_steps)
+        covers = self._fold_staged(step)
         end_event = None if self._start_event is None else _timing_event()
         local_loss = self.last_loss
         if self._loss_count:
@@ -121,10 +126,27 @@ class ReportWindow:
             local_loss=local_loss,
             samples_per_second=self._last_samples_per_second,
             eta_seconds=_eta(step, total_steps, elapsed, steps),
+            covers=covers,
         )
         self.restart(step)
         self._start = now
         return stats
+
+    def _fold_staged(self, step: int) -> tuple[int, int] | None:
+        """Make the window staged at the previous lagged report part of this one (its loss sum, samples,
+        first step and start event): the steps it covers, or None when nothing was staged."""
+        staged, self._staged = self._staged, None
+        if staged is None:
+            return None
+        staged.end.synchronize()  # the copy of its loss sum to host memory ran before this event
+        if staged.loss_sum is not None and staged.count:
+            self._loss_sum.add_(float(staged.loss_sum))
+            self._loss_count += staged.count
+        self._samples += staged.samples
+        self._start_step = staged.first_step
+        if staged.start is not None:
+            self._start_event = staged.start
+        return (staged.first_step, step)
 
     def _close_lagged(self, *, step: int, total_steps: int | None) -> WindowStats:
         """Stage this window (its loss sum copied to pinned memory and an event recorded after its steps, on
@@ -262,8 +284,10 @@ class ProgressReports:
         extra: Mapping[str, float] | None = None,
         learning_rate: float | None = None,
         ray_extra: Mapping[str, float] | None = None,
+        final: bool = False,
     ) -> None:
-        """Collective (every rank, same step): close the window and publish it. ``extra`` goes everywhere
+        """Collective (every rank, same step): close the window and publish it (``final``: the run stops
+        at this step, so nothing of the window may be left for a later report). ``extra`` goes everywhere
         (a user's own metrics); ``ray_extra`` only to Ray Train (the last evaluation, for Tune).
 
         A report at the step of the previous one with nothing new in its window (the run's last step, reported
@@ -271,7 +295,7 @@ class ProgressReports:
         tracking hook saw that step already."""
         fresh = self.window.pending or step != self._published_step or extra is not None
         self._published_step = step
-        stats = self.window.close(step=step, total_steps=total_steps)
+        stats = self.window.close(step=step, total_steps=total_steps, final=final)
         loss = None if stats.local_loss is None else self._control.all_reduce_mean(stats.local_loss)
         if loss is not None:
             self.window.last_loss = loss

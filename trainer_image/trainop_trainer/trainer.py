@@ -354,11 +354,12 @@ class Trainer:
         self.checkpointer.load()
 
     # --------------------------------------------------------------------------------------- reporting
-    def report(self, *, to_ray: bool) -> None:
+    def report(self, *, to_ray: bool, final: bool = False) -> None:
         with section("report"):
             self.reports.report(
                 step=self.step,
                 total_steps=self.total_steps,
+                final=final,
                 epoch=self.epoch,
                 to_ray=to_ray,
                 learning_rate=float(self.optimizer.param_groups[0]["lr"]),
@@ -398,7 +399,7 @@ class Trainer:
             self.evaluate()
             evaluated = True
         if decision.report:
-            self.report(to_ray=decision.ray_report)
+            self.report(to_ray=decision.ray_report, final=decision.stop)
         checkpoint = decision.checkpoint or (evaluated and self.spec.checkpoint.keep_best is not None)
         if checkpoint:
             self.save_checkpoint(wait=decision.stop)
