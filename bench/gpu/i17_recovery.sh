@@ -2,6 +2,7 @@
 # In-attempt recovery on 2 and 4 GPUs, side by side in one device call (issues #17 and #21,
 # docs/benchmarks-gpu.md "Recovery in Ray Train's controller"):
 #   run(command="bash bench/gpu/i17_recovery.sh", kind="nvidia-h100-x4", carry=[".whl"], timeout_s=590)
+#   run(command="RUNS='spares2 policy2 spares4' CUDA_TESTS=1 BUDGET_S=470 bash bench/gpu/i17_recovery.sh", ...)
 # ResNet-50 eager runs through the trainer, each killing one rank five steps after a checkpoint:
 # 1. `policy2/`, `policy4/`: the default, trainop's failure policy inside Ray Train's controller (a new
 #    worker group), on 2 and on 4 GPUs;
@@ -29,14 +30,33 @@ one() {  # NAME GPUS ENV...
   grep -hoE '"asctime": "[^"]*", "levelname": "[A-Z]*", "message": "[^"]{0,90}' "$O/$name"/ray-train-sys-controller-*.log \
     | grep -E "FailurePolicy|trainop:|shutdown|Shutting|Attempting|created in|initialized on|startup completed" | cut -c1-170
 }
-# In this order; BUDGET_S (default 575 s) cuts the tail: the first call (17:31 UTC, before the stopper) ran
-# policy2, policy4, driver2 and pgshut2; the second (BUDGET_S=450) policy2, policy4 and graceful2.
-one policy2 2 TRAINOP_I17=policy
-one policy4 4 TRAINOP_I17=policy
-one graceful2 2 TRAINOP_SWITCHES=failed_group=graceful
-one driver2 2 TRAINOP_SWITCHES=restarts=driver
-one pgshut2 2 TORCH_PROCESS_GROUP_SHUTDOWN_TIMEOUT_S=3
-if (( $(left "$BUDGET") > 80 )); then
+# RUNS picks and orders them; BUDGET_S (default 575 s) cuts the tail: the first call (17:31 UTC, before the
+# stopper) ran policy2, policy4, driver2 and pgshut2; the second (BUDGET_S=450) policy2, policy4, graceful2.
+# `spares2`/`spares4`: warm spare workers (restart_policy.WarmSpares, as on a TrainingJob's pods with room),
+# started 5 s after each group instead of 20 (the kill comes ~14 s after the group starts).
+# CUDA_TESTS=1 first runs tests/trainer/test_trainer_cuda_window.py (pytest.txt).
+if [ "${CUDA_TESTS:-0}" = 1 ]; then
+  (
+    if [ -d .whl ]; then source bench/gpu/install_wheels.sh; fi
+    export PYTHONPATH=$PWD/operator:$PWD/trainer_image${PYTHONPATH:+:$PYTHONPATH}
+    timeout 120 python3 -m pytest -o addopts= --noconftest -p no:cacheprovider -q tests/trainer/test_trainer_cuda_window.py
+  ) > "$O/pytest.txt" 2>&1
+  echo "== cuda tests done at $(( $(date +%s) - t0 )) s"; tail -5 "$O/pytest.txt"
+fi
+SPARES=(TRAINOP_WARM_SPARES=1 TRAINOP_SPARE_DELAY_S=5)
+for run in ${RUNS:-policy2 policy4 graceful2 driver2 pgshut2}; do
+  case $run in
+    policy2) one policy2 2 TRAINOP_I17=policy ;;
+    policy4) one policy4 4 TRAINOP_I17=policy ;;
+    spares2) one spares2 2 "${SPARES[@]}" ;;
+    spares4) one spares4 4 "${SPARES[@]}" ;;
+    graceful2) one graceful2 2 TRAINOP_SWITCHES=failed_group=graceful ;;
+    driver2) one driver2 2 TRAINOP_SWITCHES=restarts=driver ;;
+    pgshut2) one pgshut2 2 TORCH_PROCESS_GROUP_SHUTDOWN_TIMEOUT_S=3 ;;
+    *) echo "== unknown run $run" ;;
+  esac
+done
+if [ -z "${RUNS:-}" ] && (( $(left "$BUDGET") > 80 )); then
   # bare DDP, 2 GPUs, three times: default env, the trainer's worker env, default again (drift check).
   for variant in plain workerenv plain2; do
     (( $(left "$BUDGET") > 30 )) || break
@@ -49,4 +69,4 @@ if (( $(left "$BUDGET") > 80 )); then
 fi
 echo "== total $(( $(date +%s) - t0 )) s"
 # The device tool brings back only a few files: one archive of every run's directory.
-(cd "$O" && tar -czf runs.tar.gz --remove-files policy2 policy4 graceful2 driver2 pgshut2 env_ab_* 2>/dev/null)
+(cd "$O" && tar -czf runs.tar.gz --remove-files policy2 policy4 spares2 spares4 graceful2 driver2 pgshut2 env_ab_* 2>/dev/null; true)

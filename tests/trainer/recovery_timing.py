@@ -1,6 +1,9 @@
 """In-attempt recovery time on CPU (docs/benchmarks.md, "In-attempt recovery"): not a test, a measurement.
 
-    .venv/bin/python tests/trainer/recovery_timing.py [--repeats 2] [--stall-timeout 10]
+    .venv/bin/python tests/trainer/recovery_timing.py [--repeats 2] [--stall-timeout 10] [--fail-at-step 25]
+
+``TRAINOP_WARM_SPARES=1`` in its environment: with warm spare workers (restart_policy.WarmSpares; they
+start ``TRAINOP_SPARE_DELAY_S``, default 20, after each group, so fail later than that: ``--fail-at-step``).
 
 Two ranks (gloo) of ``faulty_entrypoint`` (0.05 s per step, a checkpoint every 10 steps, status every step)
 on a local Ray runtime with Ray Train's default polling. Two failures, each in its own run:
@@ -57,15 +60,20 @@ def _first_step_after_resume(config: Any, after: float, deadline_s: float = 600)
     raise RuntimeError("no step after the resume")
 
 
-def one_run(kind: str, storage: pathlib.Path, stall_timeout: int) -> dict[str, Any]:
+def one_run(kind: str, storage: pathlib.Path, stall_timeout: int, fail_at_step: int = 25) -> dict[str, Any]:
     marker = storage / "raised"
     pid_dir = storage / "pids"
     os.environ["TRAINOP_PID_DIR"] = str(pid_dir)
     workload: dict[str, Any] = {"entrypoint": "faulty_entrypoint:train", "config": {"stepSeconds": 0.05}}
     if kind == "user-exception":
-        workload["config"].update({"failAtStep": 25, "failRank": 1, "failOnceMarker": str(marker)})
+        workload["config"].update({"failAtStep": fail_at_step, "failRank": 1, "failOnceMarker": str(marker)})
     config = trainer_support.mlp_config(
-        storage, f"recovery-{kind}", max_steps=80, interval_steps=10, every_steps=1, workload=workload
+        storage,
+        f"recovery-{kind}",
+        max_steps=fail_at_step + 55,
+        interval_steps=10,
+        every_steps=1,
+        workload=workload,
     )
     config = trainer_support.with_spec(
         config,
@@ -79,7 +87,7 @@ def one_run(kind: str, storage: pathlib.Path, stall_timeout: int) -> dict[str, A
 
     def watch() -> None:
         if kind == "stall":
-            while int(_status(config).get("progress", {}).get("step", 0)) < 25:
+            while int(_status(config).get("progress", {}).get("step", 0)) < fail_at_step:
                 time.sleep(0.02)
             pid = int((pid_dir / f"recovery-{kind}-rank1.pid").read_text())
             found["t0"] = time.time()
@@ -116,15 +124,27 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--stall-timeout", type=int, default=10)
     parser.add_argument("--kinds", default="user-exception,stall")
+    parser.add_argument("--fail-at-step", type=int, default=25, help="the step of the raise or the freeze")
+    parser.add_argument("--num-cpus", type=int, default=8, help="the local Ray runtime's logical CPUs")
+    parser.add_argument(
+        "--controller-lines",
+        action="store_true",
+        help="at the end, trainop's lines in Ray Train's controller logs, one JSON object each",
+    )
     args = parser.parse_args()
-    ray_train.ensure_ray(num_cpus=8, quiet=True, log_to_driver=False)
+    ray_train.ensure_ray(num_cpus=args.num_cpus, quiet=True, log_to_driver=False)
+    before = trainer_support.train_controller_logs()
     results: list[dict[str, Any]] = []
     for _ in range(args.repeats):
         for kind in args.kinds.split(","):
             with tempfile.TemporaryDirectory() as tmp:
-                row = one_run(kind, pathlib.Path(tmp), args.stall_timeout)
+                row = one_run(kind, pathlib.Path(tmp), args.stall_timeout, args.fail_at_step)
             print(json.dumps(row), flush=True)
             results.append(row)
+    if args.controller_lines:
+        for message in trainer_support.controller_messages(before):
+            if message.startswith("trainop:"):
+                print(json.dumps({"controller": message}), flush=True)
     for kind in args.kinds.split(","):
         rows = [r for r in results if r["kind"] == kind]
         recovery = [r["recovery_s"] for r in rows]

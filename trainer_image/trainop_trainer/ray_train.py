@@ -235,6 +235,9 @@ def ensure_ray(
     # there), inherits it; fit() in this process hands it to the Train controller.
     for key, value in trainer_config.RAY_TRAIN_ENV.items():
         os.environ.setdefault(key, value)
+    if trainer_config.warm_spares_enabled():
+        # A local runtime's raylet is started by ray.init below: its workers preload what a spare needs.
+        os.environ.setdefault(trainer_config.PRELOAD_ENV, trainer_config.PRELOAD_MODULES)
     runtime_env = {"worker_process_setup_hook": _WORKER_SETUP_HOOK}
     if os.environ.get("RAY_ADDRESS"):
         ray.init(log_to_driver=log_to_driver, logging_level=level, runtime_env=runtime_env)

@@ -28,9 +28,12 @@ private method: :func:`supported` says whether it is there, and without it the d
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
+import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -249,15 +252,142 @@ class FailedGroupStopper(WorkerGroupCallback):
                 _controller_log.debug("trainop: killing a worker of the failed group: %s", exc)
 
 
+#: Seconds between a group's start and its spares' start: the spares import torch and the trainer, which
+#: would otherwise compete for the CPUs with the group's own start-up (model, checkpoint, first steps).
+SPARE_DELAY_S = float(os.environ.get("TRAINOP_SPARE_DELAY_S", "20"))
+#: How long Ray keeps a warm spare worker process alive while no actor takes it (the raylet's idle-worker
+#: killer spares it until then): a day, longer than any attempt between two restarts is likely to run.
+SPARE_KEEP_ALIVE_S = 24 * 3600
+
+
+def _process_facts() -> tuple[str, float]:
+    """Runs in a Train worker: its process's serialized runtime env (what the raylet matches a process to
+    an actor by) and the process's start time (seconds since the epoch, from /proc)."""
+    import os
+
+    with open("/proc/self/stat") as stat:
+        start_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+    with open("/proc/stat") as stat:
+        boot = next(int(line.split()[1]) for line in stat if line.startswith("btime "))
+    started = boot + start_ticks / os.sysconf("SC_CLK_TCK")
+    context: Any = ray.get_runtime_context()
+    return str(context.get_runtime_env_string()), started
+
+
+class WarmSpares(WorkerGroupCallback):
+    """After a worker group starts, one idle Ray worker process per Train worker on each of the group's
+    nodes, so that a restarted group's actors start in processes that have imported torch, Ray Train and
+    the trainer already (issue #17's fast recovery: new processes were ~80 % of an in-attempt restart).
+
+    The raylets preload those modules into every Python worker they start (``RAY_preload_python_modules``,
+    ``trainer_config.PRELOAD_MODULES``; the operator sets it on a TrainingJob's worker pods, ``ray_train``
+    for a local runtime), and this callback asks each raylet to start ``n`` workers now
+    (``PrestartWorkers``, with the workers' own runtime env, kept alive for :data:`SPARE_KEEP_ALIVE_S`).
+    The raylet gives a new actor an idle worker of the same job and runtime env when it has one. Only for a
+    Ray cluster that is the job's own (``trainer_config.WARM_SPARES_ENV``, set by the operator on a
+    TrainingJob's pods): on a shared runtime (a sweep's trials, the test tier's Ray) spares would pile up.
+    Everything runs on a thread of the controller actor, :data:`SPARE_DELAY_S` after the group started, and
+    nothing of it can fail the run: a spare that cannot be started is logged, and a restart then starts its
+    processes as before. Each group start also logs how many of its workers started in a process that was
+    ready before the group (a spare, or one of the idle workers Ray starts for a new job).
+    """
+
+    def __init__(self) -> None:  # built in the driver, pickled to the controller: no thread objects yet
+        self._group_started = 0.0
+        self._group_stopped: threading.Event | None = None
+
+    def before_worker_group_start(self, worker_group_context: Any) -> None:
+        self._group_started = time.time()
+
+    def after_worker_group_start(self, worker_group: Any) -> None:
+        workers = list(worker_group.get_workers() or [])
+        stopped = self._group_stopped = threading.Event()
+        if workers:
+            threading.Thread(
+                target=self._prestart,
+                args=(workers, self._group_started, stopped),
+                name="trainop-spares",
+                daemon=True,
+            ).start()
+
+    def before_worker_group_shutdown(self, worker_group: Any) -> None:
+        if self._group_stopped is not None:
+            self._group_stopped.set()
+
+    def _prestart(self, workers: list[Any], group_started: float, stopped: threading.Event) -> None:
+        try:
+            facts = ray.get([worker.actor.execute.remote(_process_facts) for worker in workers], timeout=120)
+            spares = sum(1 for _, created in facts if created < group_started)
+            _controller_log.info(
+                "trainop: %d of this group's %d workers started in a process that was ready before the group "
+                "(a warm spare, or an idle worker Ray started itself)",
+                spares,
+                len(workers),
+            )
+            if stopped.wait(SPARE_DELAY_S):
+                return
+            per_node: dict[str, int] = {}
+            for worker in workers:
+                per_node[worker.metadata.node_id] = per_node.get(worker.metadata.node_id, 0) + 1
+            started = prestart_workers(per_node, runtime_env=facts[0][0])
+            _controller_log.info(
+                "trainop: %d warm spare worker process(es) started on %d node(s) for a restarted group",
+                started,
+                len(per_node),
+            )
+        except Exception as exc:  # an optimisation only: a restart then starts new processes, as before
+            _controller_log.warning("trainop: no warm spare workers (%s: %s)", type(exc).__name__, exc)
+
+
+def prestart_workers(per_node: Mapping[str, int], *, runtime_env: str) -> int:
+    """Ask the raylet of each node in ``per_node`` to start that many Python workers of this job with the
+    serialized ``runtime_env``; the number asked for. The raylet's ``PrestartWorkers`` call, with the
+    cluster's token when token authentication is on (Ray's own clients send it the same way)."""
+    # Ray's generated gRPC modules and its token loader are untyped internals of Ray 2.60 (the image's).
+    grpc: Any = importlib.import_module("grpc")
+    raylet: Any = importlib.import_module("ray._raylet")
+    common: Any = importlib.import_module("ray.core.generated.common_pb2")
+    node_manager: Any = importlib.import_module("ray.core.generated.node_manager_pb2")
+    node_manager_grpc: Any = importlib.import_module("ray.core.generated.node_manager_pb2_grpc")
+    runtime_environment: Any = importlib.import_module("ray.core.generated.runtime_environment_pb2")
+    ray_api: Any = ray
+
+    header = raylet.AuthenticationTokenLoader.instance().get_token_for_http_header(ignore_auth_mode=True)
+    metadata = tuple((key.lower(), value) for key, value in header.items())
+    job_id = bytes.fromhex(ray_api.get_runtime_context().get_job_id())
+    addresses = {
+        node["NodeID"]: f"{node['NodeManagerAddress']}:{node['NodeManagerPort']}"
+        for node in ray_api.nodes()
+        if node.get("Alive")
+    }
+    asked = 0
+    for node_id, count in per_node.items():
+        with grpc.insecure_channel(addresses[node_id]) as channel:
+            node_manager_grpc.NodeManagerServiceStub(channel).PrestartWorkers(
+                node_manager.PrestartWorkersRequest(
+                    language=common.Language.PYTHON,
+                    job_id=job_id,
+                    runtime_env_info=runtime_environment.RuntimeEnvInfo(serialized_runtime_env=runtime_env),
+                    keep_alive_duration_secs=SPARE_KEEP_ALIVE_S,
+                    num_workers=count,
+                ),
+                metadata=metadata,
+                timeout=30,
+            )
+        asked += count
+    return asked
+
+
 class PolicyTorchTrainer(TorchTrainer):
-    """A ``TorchTrainer`` whose controller decides restarts with the policy ``failure_policy`` builds and
+    """A ``TorchTrainer`` whose controller decides restarts with the policy ``failure_policy`` builds,
     (unless ``switches`` say ``failed_group=graceful``) stops a failed group with
-    :class:`FailedGroupStopper`."""
+    :class:`FailedGroupStopper`, and, on a TrainingJob's own Ray cluster, keeps :class:`WarmSpares`."""
 
     def __init__(self, *args: Any, failure_policy: Callable[[FailureConfig], FailurePolicy], **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._trainop_failure_policy = failure_policy
         self._trainop_kill_failed_group = switches.kill_failed_group()
+        self._trainop_warm_spares = trainer_config.warm_spares_enabled()
 
     def _initialize_and_run_controller(self, **controller_init_kwargs: Any) -> Any:
         ray_default = controller_init_kwargs["failure_policy"]  # built by fit() from RunConfig.failure_config
@@ -265,4 +395,6 @@ class PolicyTorchTrainer(TorchTrainer):
         if self._trainop_kill_failed_group:
             # First, so that it runs before the Torch backend's graceful shutdown waits on the workers.
             controller_init_kwargs["callbacks"] = [FailedGroupStopper(), *controller_init_kwargs["callbacks"]]
+        if self._trainop_warm_spares:
+            controller_init_kwargs["callbacks"] = [*controller_init_kwargs["callbacks"], WarmSpares()]
         return super()._initialize_and_run_controller(**controller_init_kwargs)  # type: ignore[misc]

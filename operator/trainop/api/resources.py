@@ -108,6 +108,19 @@ def worker_memory(spec: trainingjob.TrainingJobSpec) -> str:
     return format_bytes(workers.gpus_per_worker * per_rank)
 
 
+#: A warm spare worker process (trainop_trainer.restart_policy.WarmSpares: torch, Ray Train and the trainer
+#: imported, idle) peaks at ~0.7 GiB (2026-11-27, the 2-core dev box, CPU torch). A TrainingJob keeps one
+#: per rank only where each rank has at least this much of its pod's memory: every GPU default (12 GiB and
+#: up per rank), and a CPU job that asks for it; the CPU default (2 GiB a pod) would be too tight.
+WARM_SPARE_MIN_MEMORY_PER_RANK = 4 * GI
+
+
+def warm_spares(spec: trainingjob.TrainingJobSpec) -> bool:
+    """Whether a TrainingJob's worker pods have room for one warm spare process per rank."""
+    ranks = max(1, spec.workers.gpus_per_worker)
+    return quantity_bytes(worker_memory(spec)) >= ranks * WARM_SPARE_MIN_MEMORY_PER_RANK
+
+
 def worker_shared_memory(spec: trainingjob.TrainingJobSpec) -> str:
     """/dev/shm of one worker pod: ``workers.sharedMemory``, else half of the pod's memory."""
     if spec.workers.shared_memory is not None:

@@ -46,6 +46,19 @@ S3_DATA: S3Use = "DATA"
 # ... has constructor arguments in the object store and max_restarts > 0").
 RAY_TRAIN_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
 
+#: Warm spare workers (trainop_trainer.restart_policy.WarmSpares): "1" on a TrainingJob's Ray pods, where
+#: the Ray cluster is the job's own. Unset elsewhere (a sweep's trials share one cluster; so do tests).
+WARM_SPARES_ENV = "TRAINOP_WARM_SPARES"
+#: Read by each raylet when it starts: every Python worker it starts imports these first (Ray's
+#: ``preload_python_modules`` system setting), so that a spare is ready to run a Train worker at once.
+PRELOAD_ENV = "RAY_preload_python_modules"
+PRELOAD_MODULES = "torch,ray.train.torch,trainop_trainer.runtime"
+
+
+def warm_spares_enabled() -> bool:
+    """Whether this process's Ray cluster is a TrainingJob's own (``WARM_SPARES_ENV`` is "1")."""
+    return os.environ.get(WARM_SPARES_ENV, "") == "1"
+
 
 def s3_env(use: S3Use, key: str) -> str:
     """The container variable of one Secret key for one use, e.g. ``TRAINOP_CHECKPOINT_AWS_ACCESS_KEY_ID``."""

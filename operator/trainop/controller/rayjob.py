@@ -244,6 +244,12 @@ def _container(
         **trainer_config.RAY_TRAIN_ENV,
         **nccl.env_for(spec.network),
     }
+    if kinds.trial_drivers(resource) == 0 and resources.warm_spares(spec):
+        # A TrainingJob's own Ray cluster with room for them: warm spare workers for in-attempt restarts (the
+        # driver on the head reads the switch; the workers' raylets preload what a spare imports).
+        env[trainer_config.WARM_SPARES_ENV] = "1"
+        if not head:
+            env[trainer_config.PRELOAD_ENV] = trainer_config.PRELOAD_MODULES
     if head:
         env["RAY_DEDUP_LOGS"] = "0"  # every rank's lines, as they were written (see the module docstring)
         requests_limits: dict[str, Any] = {

@@ -319,6 +319,42 @@ def test_every_ray_container_gets_the_nccl_env_of_the_network_profile(profile: s
     assert env[trainer_config.CONFIG_ENV] == "/etc/trainop/trainer.json"
 
 
+def ray_env(ray_job: dict[str, Any], group: str) -> dict[str, str | None]:
+    container = pods(ray_job)[group]["spec"]["containers"][0]  # the Ray container
+    return {e["name"]: e.get("value") for e in container["env"]}
+
+
+@pytest.mark.parametrize(
+    ("workers", "spares"),
+    [
+        ({"memoryPerWorker": "2Gi"}, False),  # the CPU default's size: no room for a 0.7 GiB spare
+        ({"memoryPerWorker": "4Gi"}, True),
+        ({"gpusPerWorker": 2, "memoryPerWorker": None, "sharedMemory": None}, True),  # the default, 2 x 12Gi
+        ({"gpusPerWorker": 2, "memoryPerWorker": "6Gi"}, False),  # 3Gi a rank
+    ],
+)
+def test_a_training_job_keeps_warm_spare_workers_where_each_rank_has_room(
+    workers: dict[str, Any], spares: bool
+) -> None:
+    ray_job = job_children({"workers": workers})["RayJob"]
+    head, worker = ray_env(ray_job, "head"), ray_env(ray_job, "worker")
+    on = "1" if spares else None
+    assert (head.get(trainer_config.WARM_SPARES_ENV), worker.get(trainer_config.WARM_SPARES_ENV)) == (on, on)
+    # The workers' raylets preload what a spare imports; the head trains nothing and preloads nothing.
+    assert worker.get(trainer_config.PRELOAD_ENV) == (trainer_config.PRELOAD_MODULES if spares else None)
+    assert trainer_config.PRELOAD_ENV not in head
+
+
+def test_a_sweeps_trials_share_its_ray_cluster_so_it_keeps_no_spares() -> None:
+    body = factories.sweep(
+        "lr", spec={"template": {"workers": {"memoryPerWorker": "8Gi", "sharedMemory": None}}}
+    )
+    ray_job = by_kind(children.desired_children(resource(body), 1))["RayJob"]
+    for group in ("head", "worker"):
+        env = ray_env(ray_job, group)
+        assert trainer_config.WARM_SPARES_ENV not in env and trainer_config.PRELOAD_ENV not in env
+
+
 @pytest.mark.parametrize("group", ["head", "worker"])
 def test_every_pod_is_hardened_for_pod_security_restricted(group: str) -> None:
     pod = pods(job_children()["RayJob"])[group]["spec"]
