@@ -31,6 +31,8 @@ def inner(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.delenv("CI", raising=False)
     monkeypatch.delenv(tier_gate.SUMMARY_ENV, raising=False)
+    # An inner run is a whole run, judged by its own gate, also when this run is one of make test's lanes.
+    monkeypatch.delenv(tier_gate.LANE_ENV, raising=False)
     pytester.makefile(".ini", pytest=INI)
     return pytester
 
