@@ -251,6 +251,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=17)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--work", type=Path, default=Path(f"/tmp/bench-faults-{uuid.uuid4().hex[:6]}"))
+    parser.add_argument(
+        "--memory-per-worker",
+        default=None,
+        help="workers.memoryPerWorker of both paths (job.yaml: 2Gi); 4Gi or more gives the fast path warm "
+        "spare workers (trainer.md, 'Warm spare workers')",
+    )
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
     order = list(FAULTS)
@@ -270,7 +276,11 @@ def main(argv: list[str] | None = None) -> int:
 
             def edit(doc: Obj, m: int = max_worker_failures) -> list[str]:
                 doc["spec"]["failurePolicy"]["maxWorkerFailures"] = m
-                return [f"maxWorkerFailures={m}"]
+                changes = [f"maxWorkerFailures={m}"]
+                if args.memory_per_worker:
+                    doc["spec"]["workers"]["memoryPerWorker"] = args.memory_per_worker
+                    changes.append(f"memoryPerWorker={args.memory_per_worker}")
+                return changes
 
             run.apply(JOB, edit)
             paths.append(PathRun(run, label, plan))

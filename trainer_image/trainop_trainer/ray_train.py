@@ -316,6 +316,10 @@ def torch_trainer(
 
         trainer_class = restart_policy.PolicyTorchTrainer
         policy_kwargs["failure_policy"] = failure_policy
+        # Spares only serve in-attempt restarts: none where every failure ends the attempt.
+        policy_kwargs["warm_spares"] = (
+            trainer_config.warm_spares_enabled() and spec.failure_policy.max_worker_failures > 0
+        )
     return trainer_class(
         train_loop_per_worker,
         train_loop_config=launch.to_dict(),

@@ -381,13 +381,20 @@ def prestart_workers(per_node: Mapping[str, int], *, runtime_env: str) -> int:
 class PolicyTorchTrainer(TorchTrainer):
     """A ``TorchTrainer`` whose controller decides restarts with the policy ``failure_policy`` builds,
     (unless ``switches`` say ``failed_group=graceful``) stops a failed group with
-    :class:`FailedGroupStopper`, and, on a TrainingJob's own Ray cluster, keeps :class:`WarmSpares`."""
+    :class:`FailedGroupStopper`, and with ``warm_spares`` (a TrainingJob's own Ray cluster, in-attempt
+    restarts allowed) keeps :class:`WarmSpares`."""
 
-    def __init__(self, *args: Any, failure_policy: Callable[[FailureConfig], FailurePolicy], **kwargs: Any):
+    def __init__(
+        self,
+        *args: Any,
+        failure_policy: Callable[[FailureConfig], FailurePolicy],
+        warm_spares: bool = False,
+        **kwargs: Any,
+    ):
         super().__init__(*args, **kwargs)
         self._trainop_failure_policy = failure_policy
         self._trainop_kill_failed_group = switches.kill_failed_group()
-        self._trainop_warm_spares = trainer_config.warm_spares_enabled()
+        self._trainop_warm_spares = warm_spares
 
     def _initialize_and_run_controller(self, **controller_init_kwargs: Any) -> Any:
         ray_default = controller_init_kwargs["failure_policy"]  # built by fit() from RunConfig.failure_config
