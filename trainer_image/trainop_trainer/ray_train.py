@@ -237,7 +237,8 @@ def ensure_ray(
         os.environ.setdefault(key, value)
     if trainer_config.warm_spares_enabled():
         # A local runtime's raylet is started by ray.init below: its workers preload what a spare needs.
-        os.environ.setdefault(trainer_config.PRELOAD_ENV, trainer_config.PRELOAD_MODULES)
+        for key, value in trainer_config.spare_raylet_env().items():
+            os.environ.setdefault(key, value)
     runtime_env = {"worker_process_setup_hook": _WORKER_SETUP_HOOK}
     if os.environ.get("RAY_ADDRESS"):
         ray.init(log_to_driver=log_to_driver, logging_level=level, runtime_env=runtime_env)

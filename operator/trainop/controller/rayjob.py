@@ -249,7 +249,7 @@ def _container(
         # driver on the head reads the switch; the workers' raylets preload what a spare imports).
         env[trainer_config.WARM_SPARES_ENV] = "1"
         if not head:
-            env[trainer_config.PRELOAD_ENV] = trainer_config.PRELOAD_MODULES
+            env.update(trainer_config.spare_raylet_env())
     if head:
         env["RAY_DEDUP_LOGS"] = "0"  # every rank's lines, as they were written (see the module docstring)
         requests_limits: dict[str, Any] = {

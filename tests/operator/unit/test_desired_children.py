@@ -342,7 +342,9 @@ def test_a_training_job_keeps_warm_spare_workers_where_each_rank_has_room(
     assert (head.get(trainer_config.WARM_SPARES_ENV), worker.get(trainer_config.WARM_SPARES_ENV)) == (on, on)
     # The workers' raylets preload what a spare imports; the head trains nothing and preloads nothing.
     assert worker.get(trainer_config.PRELOAD_ENV) == (trainer_config.PRELOAD_MODULES if spares else None)
-    assert trainer_config.PRELOAD_ENV not in head
+    # ... and start no other preloaded idle workers than the spares.
+    assert worker.get(trainer_config.PRESTART_FIRST_DRIVER_ENV) == ("0" if spares else None)
+    assert trainer_config.PRELOAD_ENV not in head and trainer_config.PRESTART_FIRST_DRIVER_ENV not in head
 
 
 def test_a_sweeps_trials_share_its_ray_cluster_so_it_keeps_no_spares() -> None:
