@@ -728,6 +728,13 @@ class Suite:
         self._warmer = None
 
     def start_ray(self, num_gpus: int) -> None:
+        env: dict[str, str] = {}
+        if os.environ.get("TRAINOP_WARM_SPARES") == "1":
+            # As on a TrainingJob's worker pods with warm spares: this raylet preloads what a spare
+            # imports and prestarts no other idle workers (run_all.sh puts operator/ on the path).
+            from trainop.api import trainer_config
+
+            env = trainer_config.spare_raylet_env()
         rc, _, _, _ = self.run(
             "ray-start",
             [
@@ -742,6 +749,7 @@ class Suite:
                 "--include-dashboard=false",
                 "--disable-usage-stats",
             ],
+            env=env,
         )
         if rc == 0:
             self.ray_address = "127.0.0.1:6390"
