@@ -99,7 +99,7 @@ def _single(args: list[str]) -> int:
 
 def run(args: list[str]) -> int:
     """Both lanes at once; returns the exit status ``make test`` should have."""
-    if os.environ.get(LANES_ENV, "2") == "1" or any(a == "-m" or a.startswith("-m") for a in args):
+    if os.environ.get(LANES_ENV, "2") == "1" or any(a.startswith("-m") for a in args):
         return _single(args)
     summary_path = Path(os.environ.get(tier_gate.SUMMARY_ENV) or DEFAULT_SUMMARY)
     summary_path.parent.mkdir(parents=True, exist_ok=True)

@@ -28,6 +28,7 @@ private method: :func:`supported` says whether it is there, and without it the d
 
 from __future__ import annotations
 
+import collections
 import importlib
 import json
 import logging
@@ -263,8 +264,6 @@ SPARE_KEEP_ALIVE_S = 24 * 3600
 def _process_facts() -> tuple[str, float]:
     """Runs in a Train worker: its process's serialized runtime env (what the raylet matches a process to
     an actor by) and the process's start time (seconds since the epoch, from /proc)."""
-    import os
-
     with open("/proc/self/stat") as stat:
         start_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
     with open("/proc/stat") as stat:
@@ -326,9 +325,7 @@ class WarmSpares(WorkerGroupCallback):
             )
             if stopped.wait(SPARE_DELAY_S):
                 return
-            per_node: dict[str, int] = {}
-            for worker in workers:
-                per_node[worker.metadata.node_id] = per_node.get(worker.metadata.node_id, 0) + 1
+            per_node = collections.Counter(worker.metadata.node_id for worker in workers)
             started = prestart_workers(per_node, runtime_env=facts[0][0])
             _controller_log.info(
                 "trainop: %d warm spare worker process(es) started on %d node(s) for a restarted group",
