@@ -116,7 +116,11 @@ WARM_SPARE_MIN_MEMORY_PER_RANK = 4 * GI
 
 
 def warm_spares(spec: trainingjob.TrainingJobSpec) -> bool:
-    """Whether a TrainingJob's worker pods have room for one warm spare process per rank."""
+    """Whether a TrainingJob keeps one warm spare process per rank: it restarts failed workers inside an
+    attempt (``failurePolicy.maxWorkerFailures`` > 0; without that a spare is never used, and the preload it
+    needs only slows every Ray worker's start) and its worker pods have room for them."""
+    if spec.failure_policy.max_worker_failures == 0:
+        return False
     ranks = max(1, spec.workers.gpus_per_worker)
     return quantity_bytes(worker_memory(spec)) >= ranks * WARM_SPARE_MIN_MEMORY_PER_RANK
 

@@ -325,18 +325,24 @@ def ray_env(ray_job: dict[str, Any], group: str) -> dict[str, str | None]:
 
 
 @pytest.mark.parametrize(
-    ("workers", "spares"),
+    ("workers", "max_worker_failures", "spares"),
     [
-        ({"memoryPerWorker": "2Gi"}, False),  # the CPU default's size: no room for a 0.7 GiB spare
-        ({"memoryPerWorker": "4Gi"}, True),
-        ({"gpusPerWorker": 2, "memoryPerWorker": None, "sharedMemory": None}, True),  # the default, 2 x 12Gi
-        ({"gpusPerWorker": 2, "memoryPerWorker": "6Gi"}, False),  # 3Gi a rank
+        ({"memoryPerWorker": "2Gi"}, None, False),  # the CPU default's size: no room for a 0.7 GiB spare
+        ({"memoryPerWorker": "4Gi"}, None, True),
+        ({"gpusPerWorker": 2, "memoryPerWorker": None, "sharedMemory": None}, None, True),  # 2 x 12Gi
+        ({"gpusPerWorker": 2, "memoryPerWorker": "6Gi"}, None, False),  # 3Gi a rank
+        # Room, but no in-attempt restart would use a spare: no spares and no preload slowing Ray's start.
+        ({"gpusPerWorker": 2, "memoryPerWorker": None, "sharedMemory": None}, 0, False),
+        ({"memoryPerWorker": "4Gi"}, 1, True),
     ],
 )
-def test_a_training_job_keeps_warm_spare_workers_where_each_rank_has_room(
-    workers: dict[str, Any], spares: bool
+def test_a_training_job_keeps_warm_spare_workers_where_each_rank_has_room_and_restarts_use_them(
+    workers: dict[str, Any], max_worker_failures: int | None, spares: bool
 ) -> None:
-    ray_job = job_children({"workers": workers})["RayJob"]
+    spec: dict[str, Any] = {"workers": workers}
+    if max_worker_failures is not None:
+        spec["failurePolicy"] = {"maxWorkerFailures": max_worker_failures}
+    ray_job = job_children(spec)["RayJob"]
     head, worker = ray_env(ray_job, "head"), ray_env(ray_job, "worker")
     on = "1" if spares else None
     assert (head.get(trainer_config.WARM_SPARES_ENV), worker.get(trainer_config.WARM_SPARES_ENV)) == (on, on)
