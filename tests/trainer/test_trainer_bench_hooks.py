@@ -6,6 +6,7 @@ real files; nothing is mocked.
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 import logging
@@ -19,7 +20,7 @@ import torch
 import trainer_support
 
 from trainop.api import trainer_config
-from trainop_trainer import bench_hooks, logs, switches, workloads
+from trainop_trainer import bench_hooks, logs, switches, trainer, workloads
 
 
 def run_launch(config_path: pathlib.Path, **env: str) -> str:
@@ -194,6 +195,40 @@ def test_bucket_views_are_the_default_and_off_gives_ddps_own_default(monkeypatch
     assert switches.DEFAULTS["bucket_view"] == "on" and switches.bucket_view()
     with trainer_support.switches_from_env(monkeypatch, "bucket_view=off"):
         assert not switches.bucket_view()
+
+
+def test_synced_gc_freezes_collects_the_young_generations_at_the_same_steps_and_restores_the_collector(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert switches.DEFAULTS["gc"] == "auto"
+    with trainer_support.switches_from_env(monkeypatch, "gc=synced"):
+        assert switches.gc_mode() == "synced"
+    collections: list[int] = []
+
+    def watch(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    assert gc.isenabled()
+    gc.callbacks.append(watch)
+    try:
+        collector = trainer.Collector("synced")
+        collector.start()
+        assert not gc.isenabled() and gc.get_freeze_count() > 0 and collections == [2]
+        for step in range(1, 2 * trainer.GC_EVERY_STEPS + 1):
+            collector.after_step(step)
+        assert collections == [2, 1, 1]  # at steps GC_EVERY_STEPS and twice that, on every rank alike
+        collector.stop()
+        assert gc.isenabled() and gc.get_freeze_count() == 0
+        auto = trainer.Collector("auto")
+        auto.start()
+        auto.after_step(trainer.GC_EVERY_STEPS)
+        assert gc.isenabled() and collections == [2, 1, 1]
+        auto.stop()
+    finally:
+        gc.callbacks.remove(watch)
+        gc.unfreeze()
+        gc.enable()
 
 
 @pytest.mark.parametrize("text", ["40", "40:0", "a:5", "40:"])

@@ -41,6 +41,14 @@ on every rank at once:
   controller restarts only). ``kill`` (default): a failed worker group's workers are killed at once
   (``restart_policy.FailedGroupStopper``). ``graceful``: Ray Train's own shutdown (up to 5 s for each
   worker's shutdown hooks, then a kill), for the side-by-side recovery benchmark.
+- ``gc`` (``trainer.Collector``, read once when training starts). ``auto`` (default): Python's own
+  garbage collector, which runs whenever allocations cross its thresholds, on each rank at its own moment;
+  a collection holds the GIL, and a rank that pauses in it holds every other rank at the next all-reduce.
+  ``synced``: what torchtitan does (its ``GarbageCollection``): one full collection and ``gc.freeze()``
+  when training starts, automatic collection off, and a young-generation collection (``gc.collect(1)``)
+  on every rank at the same steps (every ``trainer.GC_EVERY_STEPS``); the collector is put back as it was
+  when training ends. The hypothesis for the compiled ResNet-50 gap on 4 GPUs (issue #21), measured by
+  bench/gpu/i21_gc.sh.
 ``TRAINOP_SWITCHES`` sets them for a process (``input=f32,control_every=4``; Ray workers get it from the
 driver, see ``ray_train``). A job never needs to: the defaults are the trainer's choice. It must not hold
 anything but these values.
@@ -59,6 +67,7 @@ REPORT_SYNC_MODES = ("lagged", "device")
 BUCKET_VIEW_MODES = ("on", "off")
 RESTART_MODES = ("controller", "driver")
 FAILED_GROUP_MODES = ("kill", "graceful")
+GC_MODES = ("auto", "synced")
 DEFAULTS: dict[str, str | int] = {
     "input": "fused",
     "prefetch": "eager",
@@ -67,6 +76,7 @@ DEFAULTS: dict[str, str | int] = {
     "bucket_view": "on",
     "restarts": "controller",
     "failed_group": "kill",
+    "gc": "auto",
 }
 
 _CHOICES = {
@@ -76,6 +86,7 @@ _CHOICES = {
     "bucket_view": BUCKET_VIEW_MODES,
     "restarts": RESTART_MODES,
     "failed_group": FAILED_GROUP_MODES,
+    "gc": GC_MODES,
 }
 
 # The values in force (module state, read at every use).
@@ -143,6 +154,10 @@ def restarts_in_controller() -> bool:
 
 def kill_failed_group() -> bool:
     return values["failed_group"] == "kill"
+
+
+def gc_mode() -> str:
+    return str(values["gc"])
 
 
 def control_every() -> int:

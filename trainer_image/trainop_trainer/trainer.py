@@ -30,6 +30,7 @@ Benchmarks can ask, through the environment, for a profiler window or A/B blocks
 from __future__ import annotations
 
 import contextlib
+import gc
 import itertools
 import logging
 from collections.abc import Iterator
@@ -49,6 +50,7 @@ from trainop_trainer import (
     schedule,
     stateful,
     storage,
+    switches,
 )
 from trainop_trainer.bench_hooks import section
 from trainop_trainer.runtime import Runtime
@@ -407,6 +409,13 @@ class Trainer:
         self.runtime.profiler.after_step(self.step, decision)
 
     def train(self) -> Outcome:
+        collector = Collector(switches.gc_mode())
+        try:
+            return self._train(collector)
+        finally:
+            collector.stop()
+
+    def _train(self, collector: Collector) -> Outcome:
         self.runtime.heartbeat.enter("checkpoint")  # loading
         self.restore()
         runtime = self.runtime
@@ -425,10 +434,12 @@ class Trainer:
         self.reports.start(self.step)
         samples_per_step = self.accum * self.batch_size
         outcome = Outcome.COMPLETED
+        collector.start()
         while self.step < self.total_steps and outcome == Outcome.COMPLETED:
             for group in self._epoch_batches():
                 self.train_step(group)
                 self.step += 1
+                collector.after_step(self.step)
                 runtime.heartbeat.beat(self.step)
                 self.batches_in_epoch += self.accum
                 with section("metrics"):
@@ -460,3 +471,41 @@ class Trainer:
         if self.ctx.is_rank0:
             log.info("training %s at step %d of %d", outcome.value, self.step, self.total_steps)
         return outcome
+
+
+#: ``gc=synced``: every rank collects Python's young generations at the steps divisible by this.
+GC_EVERY_STEPS = 50
+
+
+class Collector:
+    """Python's garbage collection during the training loop (the ``gc`` switch). ``auto`` leaves it alone;
+    ``synced`` freezes what exists when training starts, turns automatic collection off and collects the
+    young generations on every rank at the same steps, then restores the collector when training ends."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self._was_enabled: bool | None = None
+
+    def start(self) -> None:
+        if self.mode != "synced" or self._was_enabled is not None:
+            return
+        self._was_enabled = gc.isenabled()
+        gc.collect()
+        gc.freeze()
+        gc.disable()
+        log.info(
+            "gc=synced: automatic collection off, a young-generation collection every %d steps",
+            GC_EVERY_STEPS,
+        )
+
+    def after_step(self, step: int) -> None:
+        if self._was_enabled is not None and step % GC_EVERY_STEPS == 0:
+            gc.collect(1)
+
+    def stop(self) -> None:
+        if self._was_enabled is None:
+            return
+        gc.unfreeze()
+        if self._was_enabled:
+            gc.enable()
+        self._was_enabled = None

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Issue #21: what sets a compiled ResNet-50 run's level? Round 6 (docs/benchmarks-gpu.md) saw the same trainer
+# configuration at 100.0 % and 84.7 % of one bare run in one call; round 7 (2026-11-28 01:41 UTC) alternated
+# bare and trainer and found the trainer steadily at 86 % with 91 % GPU utilisation against bare's 97 %.
+# Bare compiled DDP and the trainer runs of RUNS (default: bare, trainer, bare, trainer, ... while the budget
+# lasts) on one machine with one compile cache, each with a longer timed period (--steps, default 200),
+# while nvidia-smi samples every GPU's SM clock, power, temperature, utilisation and active clock-event
+# (throttle) reasons every 0.5 s into clocks.csv; each run's start and end go to runs.txt. One device call:
+#   run(command="bash bench/gpu/i21_alternate.sh", kind="nvidia-h100-x4", carry=[".whl"], timeout_s=570)
+#   run(command="RUNS='bare trainer:gc=synced trainer bare trainer:gc=synced trainer' bash bench/gpu/i21_alternate.sh", ...)
+# A RUNS entry is `bare`, `trainer` or `trainer:SWITCHES` (TRAINOP_SWITCHES for that run, e.g. gc=synced).
+# GPUS=2 on a 2-GPU machine; WORKLOAD=resnet50 for the eager pair; BUDGET_S (default 540).
+source "$(dirname "$0")/call_start.sh"
+GPUS=${GPUS:-4}
+WORKLOAD=${WORKLOAD:-resnet50-compile}
+STEPS=${STEPS:-200}
+BUDGET=${BUDGET_S:-540}
+FIELDS=timestamp,index,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu
+if nvidia-smi --query-gpu=clocks_throttle_reasons.active --format=csv,noheader > /dev/null 2>&1; then
+  FIELDS=$FIELDS,clocks_throttle_reasons.active
+fi
+nvidia-smi --query-gpu=$FIELDS --format=csv -lms 500 > "$O/clocks.csv" 2> "$O/clocks.err" &
+SAMPLER=$!
+trap 'kill $SAMPLER 2>/dev/null' EXIT
+nvidia-smi -q -d CLOCK,POWER,PERFORMANCE > "$O/nvidia-smi-q.txt" 2>&1
+one() {  # NAME PHASE [SWITCHES]
+  local name=$1 phase=$2 switches=${3:-}
+  if (( $(left "$BUDGET") < 75 )); then echo "== $name skipped: $(left "$BUDGET") s left"; return 1; fi
+  echo "$name start $(date +%FT%T.%3N)" >> "$O/runs.txt"
+  TRAINOP_SWITCHES=$switches OUT=$O/$name DEADLINE_S=$(( $(left "$BUDGET") - 5 )) bash bench/gpu/run_all.sh \
+    --gpus "$GPUS" --workloads "$WORKLOAD" --only "$phase" --diagnose-gpus 0 --recovery-gpus 0 --ab-variants '' \
+    --steps "$STEPS" > "$O/$name.txt" 2>&1
+  echo "$name end $(date +%FT%T.%3N)" >> "$O/runs.txt"
+  echo "== $name ($switches) done at $(( $(date +%s) - t0 )) s: $(grep -E '^RESULT ' "$O/$name.txt" \
+    | grep -oE '"impl": "[a-z]+"|"samples_per_second": [0-9.]+|"window_rates": \[[^]]*\]' | paste -sd' ')"
+}
+n=0
+for run in ${RUNS:-bare trainer bare trainer bare trainer}; do
+  n=$((n + 1))
+  case $run in
+    bare) one "$n-bare" "bare$GPUS" || break ;;
+    trainer) one "$n-trainer" "ray$GPUS-$WORKLOAD" || break ;;
+    trainer:*) one "$n-trainer-$(echo "${run#trainer:}" | tr '=,' '-_')" "ray$GPUS-$WORKLOAD" "${run#trainer:}" || break ;;
+    *) echo "== unknown run $run" ;;
+  esac
+done
+kill $SAMPLER 2>/dev/null
+echo "== total $(( $(date +%s) - t0 )) s"
+# Mean SM clock and power per GPU while each run was timed is for the reader (docs/benchmarks-gpu.md); here
+# only a line per run: the mean SM clock over all GPUs between the run's start and end.
+python3 - "$O" <<'EOF'
+import csv, datetime, sys
+out = sys.argv[1]
+rows = list(csv.reader(open(f"{out}/clocks.csv")))[1:]
+def ts(text):
+    return datetime.datetime.strptime(text.strip()[:23], "%Y/%m/%d %H:%M:%S.%f").timestamp()
+marks = {}
+for line in open(f"{out}/runs.txt"):
+    name, what, when = line.split()
+    marks.setdefault(name, {})[what] = datetime.datetime.fromisoformat(when).timestamp()
+for name, m in marks.items():
+    if "end" not in m:
+        continue
+    sel = [r for r in rows if len(r) > 4 and m["start"] <= ts(r[0]) + 0.0 <= m["end"]]
+    # Training samples only: utilisation >= 50 % and power >= 300 W (before the warm-up a GPU can show
+    # 100 % utilisation at ~130 W).
+    busy = [r for r in sel if r[6].strip().rstrip(" %").isdigit() and int(r[6].strip().rstrip(" %")) >= 50
+            and r[4].strip().split()[0].replace(".", "").isdigit() and float(r[4].split()[0]) >= 300]
+    def mean(rs, i):
+        vals = [float(r[i].split()[0]) for r in rs if r[i].strip().split()[0].replace(".", "").isdigit()]
+        return round(sum(vals) / len(vals), 1) if vals else None
+    print(f"clocks {name}: {len(busy)} busy samples, SM {mean(busy, 2)} MHz, mem {mean(busy, 3)} MHz, "
+          f"power {mean(busy, 4)} W, temp {mean(busy, 5)} C; reasons {sorted({r[7].strip() for r in busy if len(r) > 7})}")
+EOF
+# Only a few files come back from the device: the per-run outputs and directories go into one archive.
+(cd "$O" && tar -czf runs.tar.gz --remove-files [0-9]-* [0-9][0-9]-* 2>/dev/null; true)
