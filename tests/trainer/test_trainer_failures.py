@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from trainop.api import trainingjob
-from trainop_trainer import checkpointer, failures, watchdog
+from trainop_trainer import checkpointer, failures, ray_train, watchdog
 from trainop_trainer.workloads import models
 
 
@@ -300,6 +300,44 @@ def test_used_counts_the_operators_new_attempts_and_the_trainers_restarts_and_th
         ("UserCodeError", False, 2),
         ("NCCLError", True, 2),
     ]
+
+
+RAY_DEAD_WORKER = (
+    "Worker exit type: SYSTEM_ERROR Worker exit detail: "
+    "Worker unexpectedly exits with a connection error code 2."
+)
+
+
+def test_a_preempted_rank_that_exited_before_its_peers_spoke_is_preempted_not_an_unexplained_death() -> None:
+    """The race seen on the cluster bed (2026-11-28): the rank that received SIGTERM writes its checkpoint and
+    exits 0; Ray Train's controller can find it dead before the other ranks' WorkerPreempted arrives. Its own
+    report (ray_train.preempted, written before it exits) makes the cause Preempted -- an attempt's end, not
+    an in-attempt restart on a pod that is going away. A real TCPStore, as the driver serves it."""
+    server = dist.TCPStore(  # type: ignore[attr-defined]
+        "0.0.0.0", 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=10)
+    )
+    attempt_try = 3
+    # Nobody said anything yet: a dead rank is an unexplained death (what the bed recorded before the fix).
+    unexplained = ray_train.classify_run_failure(server, attempt_try, 2, RAY_DEAD_WORKER, failed_ranks=[1])
+    assert (unexplained.reason, unexplained.rank) == (failures.UNKNOWN, 1), unexplained
+
+    ray_train.report_failure(server, attempt_try, 1, ray_train.preempted(1, 777))
+    alone = ray_train.classify_run_failure(server, attempt_try, 2, RAY_DEAD_WORKER, failed_ranks=[1])
+    assert (alone.reason, alone.rank, alone.step) == (failures.PREEMPTED, 1, 777), alone
+    assert alone.message.startswith("rank 1 received SIGTERM") and "step 777" in alone.message, alone
+
+    # Rank 0's WorkerPreempted arrives too: the dead rank's own word is still the one recorded.
+    from trainop_trainer.runtime import WorkerPreempted
+
+    peer = failures.classify_exception(
+        raised(WorkerPreempted("rank 0: another worker received SIGTERM")), rank=0
+    )
+    ray_train.report_failure(server, attempt_try, 0, peer)
+    both = ray_train.classify_run_failure(server, attempt_try, 2, RAY_DEAD_WORKER, failed_ranks=[1])
+    assert (both.reason, both.rank) == (failures.PREEMPTED, 1), both
+    # ... and without Ray naming a dead rank, rank order decides, as before.
+    unnamed = ray_train.classify_run_failure(server, attempt_try, 2, RAY_DEAD_WORKER)
+    assert (unnamed.reason, unnamed.rank) == (failures.PREEMPTED, 0), unnamed
 
 
 def test_the_process_group_timeout_follows_the_trainers_watchdog_and_is_ray_trains_when_it_is_off() -> None:

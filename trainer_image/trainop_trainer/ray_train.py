@@ -109,10 +109,29 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
         raise
     if outcome == Outcome.PREEMPTED and preempt.requested():
         log.warning("rank %d: received SIGTERM; checkpoint written, exiting 0", ctx.rank)
+        # Its own word before its process ends: the controller may find this rank dead before the other
+        # ranks' WorkerPreempted reaches it, and a death nobody explained is Unknown (restarted inside the
+        # attempt, on a pod that is going away). Seen on the cluster bed, 2026-11-28.
+        step = runtime.heartbeat.step if runtime is not None else None
+        report_failure(store, launch.attempt_try, ctx.rank, preempted(ctx.rank, step))
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
+
+
+def preempted(rank: int, step: int | None) -> Any:
+    """The Preempted failure a rank that received SIGTERM reports once its checkpoint is written."""
+    from trainop_trainer import failures
+
+    at = f" at step {step}" if step is not None else ""
+    return failures.Failure(
+        failures.PREEMPTED,
+        f"rank {rank} received SIGTERM (its pod is going away) and wrote a checkpoint{at}; the attempt ends "
+        "so that the next one resumes from it",
+        rank,
+        step,
+    )
 
 
 def report_failure(store: Any, attempt_try: int, rank: int, failure: Any) -> None:
@@ -527,6 +546,10 @@ def classify_run_failure(
     if failed_ranks is not None and set(silent) & set(failed_ranks):
         silent = [rank for rank in silent if rank in failed_ranks]
     causes = [r for r in reports if r.reason != failures.NCCL_ERROR]
+    if failed_ranks:
+        # Within a class, the dead rank's own word first (a preempted rank's, before the peers that only
+        # learned of it): a stable sort keeps rank order otherwise.
+        causes.sort(key=lambda report: report.rank not in failed_ranks)
     if causes:
         chosen = failures.choose(causes)
         assert chosen is not None
