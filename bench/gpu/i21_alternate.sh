@@ -9,6 +9,11 @@
 #   run(command="bash bench/gpu/i21_alternate.sh", kind="nvidia-h100-x4", carry=[".whl"], timeout_s=570)
 #   run(command="RUNS='bare trainer:gc=synced trainer bare trainer:gc=synced trainer' bash bench/gpu/i21_alternate.sh", ...)
 # A RUNS entry is `bare`, `trainer` or `trainer:SWITCHES` (TRAINOP_SWITCHES for that run, e.g. gc=synced).
+# A `ladder:RUNG+RUNG...` entry runs bench/gpu/ladder.py on GPUS GPUs (compiled unless WORKLOAD is eager): the
+# trainer's parts added to bare DDP one at a time, in one process group, without Ray.
+# SPY=1: while each bare or trainer run trains (GPU 0 busy for 3 s), every training process's threads are
+# sampled: `top -H` (CPU per thread), its allowed CPUs, and py-spy (carried in .whl/) for 5 s, every thread
+# and then only the GIL's holder, non-blocking; into the run's directory.
 # GPUS=2 on a 2-GPU machine; WORKLOAD=resnet50 for the eager pair; BUDGET_S (default 540).
 source "$(dirname "$0")/call_start.sh"
 GPUS=${GPUS:-4}
@@ -23,14 +28,67 @@ nvidia-smi --query-gpu=$FIELDS --format=csv -lms 500 > "$O/clocks.csv" 2> "$O/cl
 SAMPLER=$!
 trap 'kill $SAMPLER 2>/dev/null' EXIT
 nvidia-smi -q -d CLOCK,POWER,PERFORMANCE > "$O/nvidia-smi-q.txt" 2>&1
+if [ -d .whl ] && [ ! -d /tmp/site ]; then source bench/gpu/install_wheels.sh || exit 1; fi
+export PATH=/tmp/site/bin:$PATH PYTHONPATH=/tmp/site:$PWD/operator:$PWD/trainer_image${PYTHONPATH:+:$PYTHONPATH}
+spy() {  # DIR PATTERN: sample the threads of the processes matching PATTERN once GPU 0 has been busy 3 s
+  local dir=$1 pattern=$2 busy=0 tries=0
+  mkdir -p "$dir"
+  while (( tries < 600 )); do
+    tries=$((tries + 1)); sleep 0.5
+    u=$(nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -i 0 2>/dev/null | tr -d ' ')
+    if [ "${u:-0}" -ge 80 ] 2>/dev/null; then busy=$((busy + 1)); else busy=0; fi
+    (( busy >= 6 )) && break
+  done
+  local pids=() pid
+  for pid in $(pgrep -f "$pattern"); do  # the training processes, not their launchers
+    tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qE 'torch.distributed.run|suite.py|run_all.sh' || pids+=("$pid")
+  done
+  pids=("${pids[@]:0:4}")
+  echo "spy at $(date +%FT%T.%3N) after $tries samples: pids ${pids[*]}" > "$dir/spy.txt"
+  for pid in "${pids[@]}"; do
+    { echo "== $pid: $(tr '\0' ' ' < /proc/$pid/cmdline | cut -c1-200)"; grep -E 'Cpus_allowed_list|Threads' /proc/$pid/status
+      taskset -pc "$pid" 2>&1; } >> "$dir/spy.txt"
+    (top -H -b -d 2 -n 2 -p "$pid" > "$dir/top-$pid.txt" 2>&1 &)
+    (py-spy record --pid "$pid" --duration 5 --rate 100 --nonblocking --threads --idle --format raw \
+      --output "$dir/spy-all-$pid.txt" > "$dir/spy-all-$pid.log" 2>&1 &)
+    (py-spy record --pid "$pid" --duration 5 --rate 100 --nonblocking --threads --gil --format raw \
+      --output "$dir/spy-gil-$pid.txt" > "$dir/spy-gil-$pid.log" 2>&1 &)
+  done
+  sleep 7
+  for pid in "${pids[@]}"; do py-spy dump --pid "$pid" > "$dir/dump-$pid.txt" 2>&1; done
+}
+ladder() {  # NAME RUNGS(+-joined)
+  local name=$1 rungs=${2//+/,} compile=--compile
+  [[ $WORKLOAD == *compile* ]] || compile=
+  if (( $(left "$BUDGET") < 120 )); then echo "== $name skipped: $(left "$BUDGET") s left"; return 1; fi
+  echo "$name start $(date +%FT%T.%3N)" >> "$O/runs.txt"
+  NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1 \
+    TORCHINDUCTOR_CACHE_DIR=/tmp/trainop-inductor TRITON_CACHE_DIR=/tmp/trainop-triton \
+    timeout $(( $(left "$BUDGET") - 5 )) python3 -m torch.distributed.run --standalone --nproc-per-node="$GPUS" \
+    bench/gpu/ladder.py $compile --rungs "$rungs" --warmup 20 --steps "$STEPS" > "$O/$name.txt" 2>&1
+  echo "$name end $(date +%FT%T.%3N)" >> "$O/runs.txt"
+  echo "== $name done at $(( $(date +%s) - t0 )) s:"
+  grep '^LADDER ' "$O/$name.txt" | python3 -c "
+import json, sys
+for line in sys.stdin:
+    r = json.loads(line[7:])
+    print(f\"  {r['rung']:<12} {r['step_ms']:8.2f} ms/step {r['samples_per_second']:10.1f} samples/s \"
+          f\"warm-up {r['warmup_s']:6.1f} s  {r.get('added_to', '')} {r.get('added_ms', 0):+.2f} ms\")"
+}
 one() {  # NAME PHASE [SWITCHES]
   local name=$1 phase=$2 switches=${3:-}
   if (( $(left "$BUDGET") < 75 )); then echo "== $name skipped: $(left "$BUDGET") s left"; return 1; fi
   echo "$name start $(date +%FT%T.%3N)" >> "$O/runs.txt"
+  local spier=
+  if [ "${SPY:-0}" = 1 ]; then
+    case $phase in bare*) spy "$O/$name-spy" 'bare_ddp.py' & ;; *) spy "$O/$name-spy" '^ray::RayTrainWorker' & ;; esac
+    spier=$!
+  fi
   TRAINOP_SWITCHES=$switches OUT=$O/$name DEADLINE_S=$(( $(left "$BUDGET") - 5 )) bash bench/gpu/run_all.sh \
     --gpus "$GPUS" --workloads "$WORKLOAD" --only "$phase" --diagnose-gpus 0 --recovery-gpus 0 --ab-variants '' \
     --steps "$STEPS" > "$O/$name.txt" 2>&1
   echo "$name end $(date +%FT%T.%3N)" >> "$O/runs.txt"
+  [ -n "$spier" ] && kill "$spier" 2>/dev/null
   echo "== $name ($switches) done at $(( $(date +%s) - t0 )) s: $(grep -E '^RESULT ' "$O/$name.txt" \
     | grep -oE '"impl": "[a-z]+"|"samples_per_second": [0-9.]+|"window_rates": \[[^]]*\]' | paste -sd' ')"
 }
@@ -40,6 +98,7 @@ for run in ${RUNS:-bare trainer bare trainer bare trainer}; do
   case $run in
     bare) one "$n-bare" "bare$GPUS" || break ;;
     trainer) one "$n-trainer" "ray$GPUS-$WORKLOAD" || break ;;
+    ladder:*) ladder "$n-ladder" "${run#ladder:}" || break ;;
     trainer:*) one "$n-trainer-$(echo "${run#trainer:}" | tr '=,' '-_')" "ray$GPUS-$WORKLOAD" "${run#trainer:}" || break ;;
     *) echo "== unknown run $run" ;;
   esac

@@ -19,15 +19,20 @@ trainer's own components, to the one before:
   a device sync; the loss averaged over ranks over gloo). This is the trainer's loop without Ray,
   checkpoints, status and the step schedule's clocks.
 
-Variants that are not cumulative: ``input-lean`` (``input`` with ``switches`` ``input=lean``, the two-kernel
-normalisation that was the default before the one-kernel ``fused``), ``report-f32`` (``report`` with
-``switches`` ``input=f32``, the image path before issue #21) and ``report-ctl8`` (``control_every=8``). The
+Variants that are not cumulative: ``loader-fresh`` (``loader`` with ``switches`` ``batch_memory=fresh``, a
+new shared-memory segment per batch, the DataLoader's own way), ``input-lean`` (``input`` with ``switches``
+``input=lean``, the two-kernel normalisation that was the default before the one-kernel ``fused``),
+``report-f32`` (``report`` with ``switches`` ``input=f32``, the image path before issue #21) and
+``report-ctl8`` (``control_every=8``). The
 NCCL variables are the trainer's (``distributed.apply_network``, profile ``auto``), the process group is set
 up as the trainer's launcher does it (``distributed.from_torchrun_env``): ``bare`` here against
 ``bare_ddp.py`` in the same call shows what those two change. Rank 0 prints one ``LADDER {json}`` line per
 rung (ms per step, samples/s, the difference to the rung before). Throughput: ``--steps`` steps between two
 device synchronisations after ``--warmup`` steps. ``--cpu --tiny`` runs the same code with gloo on tiny images
-(a test of the script)."""
+(a test of the script). ``--compile`` compiles every rung as the trainer compiles a ``compile: true`` DDP
+job (``torch.compile`` of the DDP module, ``parallelize.apply``) and as ``bare_ddp.py``'s ``-compile``
+workloads do; each rung compiles afresh (Dynamo is reset between rungs; Inductor's cache makes the later
+ones quicker)."""
 
 from __future__ import annotations
 
@@ -47,13 +52,25 @@ from trainop.api import trainingjob
 from trainop_trainer import data, distributed, metrics, reporting, schedule, switches, workloads
 from trainop_trainer.workloads import datasets, models
 
-RUNGS = ("bare", "ddp", "input", "input-lean", "loader", "control", "report", "report-f32", "report-ctl8")
+RUNGS = (
+    "bare",
+    "ddp",
+    "input",
+    "input-lean",
+    "loader",
+    "loader-fresh",
+    "control",
+    "report",
+    "report-f32",
+    "report-ctl8",
+)
 FEATURES = {
     "bare": set(),
     "ddp": {"ddp"},
     "input": {"ddp", "input"},
     "input-lean": {"ddp", "input"},
     "loader": {"ddp", "loader"},
+    "loader-fresh": {"ddp", "loader"},
     "control": {"ddp", "loader", "control"},
     "report": {"ddp", "loader", "control", "report"},
     "report-f32": {"ddp", "loader", "control", "report"},
@@ -61,6 +78,7 @@ FEATURES = {
 }
 SWITCHES: dict[str, dict[str, str | int]] = {
     "input-lean": {"input": "lean"},
+    "loader-fresh": {"batch_memory": "fresh"},
     "report-f32": {"input": "f32"},
     "report-ctl8": {"control_every": 8},
 }
@@ -70,6 +88,7 @@ PARENT = {
     "input": "ddp",
     "input-lean": "input",
     "loader": "ddp",
+    "loader-fresh": "loader",
     "control": "loader",
     "report": "control",
     "report-f32": "report",
@@ -93,7 +112,9 @@ def batches_on_device(device: torch.device) -> Iterator[tuple[torch.Tensor, torc
         i += 1
 
 
-def run_rung(name: str, *, ctx: distributed.WorkerContext, warmup: int, steps: int) -> dict[str, Any]:
+def run_rung(
+    name: str, *, ctx: distributed.WorkerContext, warmup: int, steps: int, compile_: bool = False
+) -> dict[str, Any]:
     features = FEATURES[name]
     device, cuda = ctx.device, ctx.device.type == "cuda"
     switches.reset()
@@ -104,7 +125,9 @@ def run_rung(name: str, *, ctx: distributed.WorkerContext, warmup: int, steps: i
     ddp_kwargs: dict[str, Any] = {"device_ids": [device.index]} if cuda else {}
     if "ddp" in features:
         ddp_kwargs["gradient_as_bucket_view"] = True
-    train_model = DistributedDataParallel(model, **ddp_kwargs)
+    train_model: Any = DistributedDataParallel(model, **ddp_kwargs)
+    if compile_:
+        train_model = torch.compile(train_model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, fused=cuda or None)
     total = warmup + steps
     to_device = workloads.ImageToDevice(channels_last=True, dtype=torch.bfloat16)
@@ -152,7 +175,7 @@ def run_rung(name: str, *, ctx: distributed.WorkerContext, warmup: int, steps: i
     def autocast() -> contextlib.AbstractContextManager[Any]:
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
-    last = time.perf_counter()
+    last = began = time.perf_counter()
     start = 0.0
     for step in range(1, total + 1):
         if step == warmup + 1:
@@ -191,6 +214,8 @@ def run_rung(name: str, *, ctx: distributed.WorkerContext, warmup: int, steps: i
         "step_ms": 1e3 * seconds / steps,
         "samples_per_second": BATCH * ctx.world_size * steps / seconds,
         "switches": describe,
+        "compiled": compile_,
+        "warmup_s": start - began,  # the warm-up steps, the compile included
     }
 
 
@@ -202,6 +227,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--cpu", action="store_true", help="gloo on the CPU (a test of this script)")
     parser.add_argument("--tiny", action="store_true", help="batch 4 of 32 px images, no loader workers")
+    parser.add_argument("--compile", action="store_true", help="torch.compile of the DDP module, every rung")
     parser.add_argument("--out", default=None, help="append each rung's line to this results.jsonl")
     args = parser.parse_args()
     os.environ.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
@@ -216,7 +242,7 @@ def main() -> int:
     ctx = distributed.from_torchrun_env(use_gpu=use_gpu)
     done: dict[str, float] = {}
     for name in rungs:
-        result = run_rung(name, ctx=ctx, warmup=args.warmup, steps=args.steps)
+        result = run_rung(name, ctx=ctx, warmup=args.warmup, steps=args.steps, compile_=args.compile)
         result["impl"] = "ladder"
         result["gpu"] = torch.cuda.get_device_name(ctx.device) if use_gpu else "cpu"
         parent = PARENT.get(name)
@@ -230,6 +256,8 @@ def main() -> int:
             if args.out:
                 with open(args.out, "a") as f:
                     f.write(line + "\n")
+        if args.compile:
+            torch._dynamo.reset()
         if use_gpu:
             torch.cuda.empty_cache()
     torch.distributed.destroy_process_group()

@@ -79,8 +79,8 @@ def test_a_trace_window_records_the_asked_steps_and_the_loops_sections_on_every_
     facts = json.loads((trace_dir / "rank0.env.json").read_text())
     assert facts["traced_steps"] == 3 and facts["world_size"] == 1 and facts["torch_threads"] >= 1
     assert facts["switches"] == (
-        "bucket_view=on,control_every=1,failed_group=kill,gc=auto,input=fused,prefetch=eager,report_sync=lagged,"
-        "restarts=controller"
+        "batch_memory=slots,bucket_view=on,control_every=1,failed_group=kill,gc=auto,input=fused,prefetch=eager,"
+        "report_sync=lagged,restarts=controller"
     )
 
 

@@ -13,9 +13,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from trainop_trainer import switches
+from trainop_trainer import data, switches
 from trainop_trainer.data import Batch, DeviceBatches
 from trainop_trainer.reporting import ReportWindow
+from trainop_trainer.workloads import datasets
 
 pytestmark = pytest.mark.gpu
 
@@ -111,3 +112,29 @@ def test_prefetch_repeat_reads_the_loader_but_trains_on_the_first_device_batch_a
     assert len(batches) == 5  # the loader is read to its end: epochs and positions stay as they are
     assert all(batch[0] is batches[0][0] for batch in batches)
     assert float(batches[-1][0][0, 0]) == 0.0
+
+
+def test_slot_batches_through_the_pin_memory_thread_give_the_fresh_loaders_batches_on_the_device() -> None:
+    """``batch_memory=slots`` on the real CUDA path: DataLoader workers, its pin-memory thread calling
+    ``SharedBatch.pin_memory``, ``DeviceBatches``' side stream; three epochs (new workers each)."""
+    images = datasets.SyntheticImages(num_samples=16 * 30, image_size=32, num_classes=10, seed=4)
+    sampler = data.ResumableDistributedSampler(images, num_replicas=1, rank=0, seed=5)
+
+    def epochs(memory: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        switches.apply({"batch_memory": memory})
+        loader = data.make_loader(images, sampler, batch_size=16, num_workers=3, pin_memory=True)
+        assert isinstance(loader.dataset, data.SlotBatches) == (memory == "slots")
+        out = []
+        for epoch in range(3):
+            sampler.set_epoch(epoch)
+            for x, y in DeviceBatches(loader, device=CUDA, to_device=_to_device):
+                assert x.is_cuda and y.is_cuda
+                out.append((x.cpu(), y.cpu()))
+        return out
+
+    fresh, slots = epochs("fresh"), epochs("slots")
+    assert len(slots) == len(fresh) == 90
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(slots, fresh, strict=True))
+    # The last epoch's three workers' slots are held, no more than their slots of two tensors each.
+    held = data.MAPPED_SLOTS.held()
+    assert len(held) == 3 and all(n <= data.SLOTS_PER_WORKER * 2 for n in held.values())

@@ -49,6 +49,13 @@ on every rank at once:
   on every rank at the same steps (every ``trainer.GC_EVERY_STEPS``); the collector is put back as it was
   when training ends. The hypothesis for the compiled ResNet-50 gap on 4 GPUs (issue #21), measured by
   bench/gpu/i21_gc.sh.
+- ``batch_memory`` (``data.make_loader``, read when a loader is made: a process-level choice; CUDA loaders
+  with worker processes only). ``slots`` (default): each loader worker writes its batches into a few
+  shared-memory slots it keeps (``data.SlotBatches``) and the main process keeps them mapped, so a batch
+  costs the main process one copy into pinned memory. ``fresh``: the DataLoader's own way, a new
+  shared-memory segment per batch that the main process maps, pins and unmaps; unmapping and freeing a
+  38 MB batch holds the GIL for milliseconds in the DataLoader's pin-memory thread, time the training
+  thread cannot launch kernels in (py-spy on 2x H200, 2026-11-28, docs/benchmarks-gpu.md).
 ``TRAINOP_SWITCHES`` sets them for a process (``input=f32,control_every=4``; Ray workers get it from the
 driver, see ``ray_train``). A job never needs to: the defaults are the trainer's choice. It must not hold
 anything but these values.
@@ -68,6 +75,7 @@ BUCKET_VIEW_MODES = ("on", "off")
 RESTART_MODES = ("controller", "driver")
 FAILED_GROUP_MODES = ("kill", "graceful")
 GC_MODES = ("auto", "synced")
+BATCH_MEMORY_MODES = ("slots", "fresh")
 DEFAULTS: dict[str, str | int] = {
     "input": "fused",
     "prefetch": "eager",
@@ -77,6 +85,7 @@ DEFAULTS: dict[str, str | int] = {
     "restarts": "controller",
     "failed_group": "kill",
     "gc": "auto",
+    "batch_memory": "slots",
 }
 
 _CHOICES = {
@@ -87,6 +96,7 @@ _CHOICES = {
     "restarts": RESTART_MODES,
     "failed_group": FAILED_GROUP_MODES,
     "gc": GC_MODES,
+    "batch_memory": BATCH_MEMORY_MODES,
 }
 
 # The values in force (module state, read at every use).
@@ -158,6 +168,10 @@ def kill_failed_group() -> bool:
 
 def gc_mode() -> str:
     return str(values["gc"])
+
+
+def batch_slots() -> bool:
+    return values["batch_memory"] == "slots"
 
 
 def control_every() -> int:
