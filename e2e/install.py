@@ -60,7 +60,7 @@ def helm_install(cluster: cluster_module.Cluster) -> Release:
 def wait_for_rollout(cluster: cluster_module.Cluster, release: Release, timeout_s: int = 300) -> None:
     """``kubectl rollout status`` of the operator's Deployment: its pod is Ready (its /healthz answers)."""
     name = release.deployment["metadata"]["name"]
-    cluster.kubectl(
+    rollout = cluster.kubectl(
         "rollout",
         "status",
         f"deployment/{name}",
@@ -68,7 +68,21 @@ def wait_for_rollout(cluster: cluster_module.Cluster, release: Release, timeout_
         release.namespace,
         f"--timeout={timeout_s}s",
         timeout_s=timeout_s + 30,
+        check=False,
     )
+    if rollout.returncode != 0:
+        # What the pod did, in the failure itself (the bed is gone by the time anyone reads the report).
+        seen = [rollout.stdout + rollout.stderr]
+        for args in (
+            ("describe", "pods", "-n", release.namespace),
+            ("logs", f"deployment/{name}", "-n", release.namespace, "--all-containers", "--tail=40"),
+        ):
+            result = cluster.kubectl(*args, check=False, timeout_s=60)
+            seen.append(f"$ kubectl {' '.join(args)}\n{result.stdout}{result.stderr}")
+        raise AssertionError(
+            f"the operator's Deployment {release.namespace}/{name} did not roll out in {timeout_s} s:\n"
+            + "\n".join(seen)
+        )
 
 
 def operator_log_tail(cluster: cluster_module.Cluster, release: Release, num_lines: int = 60) -> str:

@@ -7,7 +7,8 @@ Owns the translation the kubelet and a CRI runtime share between them:
 - mounts, in order: for a non-root user a 0755 tmpfs over ``/root`` with ``/root/.pyenv`` and
   ``/root/.cache/trainop`` bound back read-only (``/root`` is 0700 here, and the interpreter of the
   repository's venv lives under it); a private ``/tmp`` (with this checkout bound back read-only when it
-  lies under ``/tmp``); the pod's shared ``/dev/shm``; ``/etc/hosts``,
+  lies under ``/tmp``, and bound back again after a pod volume mounted over it, such as the operator's
+  ``/tmp``); the pod's shared ``/dev/shm``; ``/etc/hosts``,
   ``/etc/resolv.conf``, ``/etc/hostname``; the termination-message file; the image's ``paths`` and ``bin``
   (at ``/usr/local/bin``); then the pod's volumeMounts (subPath, readOnly), shallowest first;
 - which mount targets must exist on the host first (the agent's mountpoint registry makes those) and which
@@ -181,6 +182,10 @@ def plan_mounts(
             )
         )
     mounts += sorted(volume_mounts, key=lambda m: m.target.count("/"))
+    if checkout.is_relative_to("/tmp") and any(
+        checkout.is_relative_to(m.target) for m in volume_mounts
+    ):  # a pod's own /tmp volume (the operator's chart has one) would hide the checkout bound back above
+        mounts.append(runtime.Mount(target=str(checkout), source=str(checkout), readonly=True, mkdir="dir"))
     return _with_mountpoints(mounts)
 
 
