@@ -72,16 +72,12 @@ def wait_for_rollout(cluster: cluster_module.Cluster, release: Release, timeout_
     )
     if rollout.returncode != 0:
         # What the pod did, in the failure itself (the bed is gone by the time anyone reads the report).
-        seen = [rollout.stdout + rollout.stderr]
-        for args in (
-            ("describe", "pods", "-n", release.namespace),
-            ("logs", f"deployment/{name}", "-n", release.namespace, "--all-containers", "--tail=40"),
-        ):
-            result = cluster.kubectl(*args, check=False, timeout_s=60)
-            seen.append(f"$ kubectl {' '.join(args)}\n{result.stdout}{result.stderr}")
+        pods = cluster.kubectl("describe", "pods", "-n", release.namespace, check=False)
         raise AssertionError(
             f"the operator's Deployment {release.namespace}/{name} did not roll out in {timeout_s} s:\n"
-            + "\n".join(seen)
+            f"{rollout.stdout}{rollout.stderr}\n$ kubectl describe pods -n {release.namespace}\n"
+            f"{pods.stdout}{pods.stderr}\n$ kubectl logs deployment/{name} --tail=40\n"
+            + operator_log_tail(cluster, release, 40)
         )
 
 

@@ -62,10 +62,8 @@ ladder() {  # NAME RUNGS(+-joined)
   [[ $WORKLOAD == *compile* ]] || compile=
   if (( $(left "$BUDGET") < 120 )); then echo "== $name skipped: $(left "$BUDGET") s left"; return 1; fi
   echo "$name start $(date +%FT%T.%3N)" >> "$O/runs.txt"
-  NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1 \
-    TORCHINDUCTOR_CACHE_DIR=/tmp/trainop-inductor TRITON_CACHE_DIR=/tmp/trainop-triton \
-    timeout $(( $(left "$BUDGET") - 5 )) python3 -m torch.distributed.run --standalone --nproc-per-node="$GPUS" \
-    bench/gpu/ladder.py $compile --rungs "$rungs" --warmup 20 --steps "$STEPS" > "$O/$name.txt" 2>&1
+  (source bench/gpu/env.sh && timeout $(( $(left "$BUDGET") - 5 )) python3 -m torch.distributed.run --standalone --nproc-per-node="$GPUS" \
+    bench/gpu/ladder.py $compile --rungs "$rungs" --warmup 20 --steps "$STEPS") > "$O/$name.txt" 2>&1
   echo "$name end $(date +%FT%T.%3N)" >> "$O/runs.txt"
   echo "== $name done at $(( $(date +%s) - t0 )) s:"
   grep '^LADDER ' "$O/$name.txt" | python3 -c "

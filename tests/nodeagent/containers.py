@@ -141,8 +141,9 @@ def plan_mounts(
     mounts.append(runtime.Mount(target="/tmp", kind="tmpfs", options="mode=1777"))
     # A checkout under /tmp (a CI clone there) holds the images' venv: it comes back through the private /tmp.
     checkout = images.REPO_ROOT.resolve()
+    checkout_bind = runtime.Mount(target=str(checkout), source=str(checkout), readonly=True, mkdir="dir")
     if checkout.is_relative_to("/tmp"):
-        mounts.append(runtime.Mount(target=str(checkout), source=str(checkout), readonly=True, mkdir="dir"))
+        mounts.append(checkout_bind)
     mounts.append(runtime.Mount(target="/dev/shm", source=str(sandbox.shm)))
     for target, source in (
         ("/etc/hosts", sandbox.hosts),
@@ -185,7 +186,7 @@ def plan_mounts(
     if checkout.is_relative_to("/tmp") and any(
         checkout.is_relative_to(m.target) for m in volume_mounts
     ):  # a pod's own /tmp volume (the operator's chart has one) would hide the checkout bound back above
-        mounts.append(runtime.Mount(target=str(checkout), source=str(checkout), readonly=True, mkdir="dir"))
+        mounts.append(checkout_bind)
     return _with_mountpoints(mounts)
 
 

@@ -50,7 +50,7 @@ def loader(dataset: Dataset[Any], *, slots: bool, start: int = 0) -> DataLoader[
     sampler.set_start_index(start)
     wrapped = data.SlotBatches(dataset) if slots else dataset
     batched = slots or callable(getattr(dataset, "__getitems__", None))
-    collate = (lambda batch: batch) if batched else None  # as make_loader does
+    collate = data._passthrough if batched else None  # as make_loader does
     return DataLoader(
         wrapped,
         batch_size=BATCH,

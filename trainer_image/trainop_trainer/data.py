@@ -107,9 +107,6 @@ class SharedBatch:
         self.tensors = tensors
         self.worker_pid = worker_pid
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return SharedBatch, (self.tensors, self.worker_pid)
-
     def take(self) -> tuple[torch.Tensor, ...]:
         """The slot's tensors, its mapping kept; valid until the worker writes the slot again (copy them)."""
         MAPPED_SLOTS.keep(self.worker_pid, self.tensors)
