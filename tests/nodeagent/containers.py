@@ -7,8 +7,9 @@ Owns the translation the kubelet and a CRI runtime share between them:
 - mounts, in order: for a non-root user a 0755 tmpfs over ``/root`` with ``/root/.pyenv`` and
   ``/root/.cache/trainop`` bound back read-only (``/root`` is 0700 here, and the interpreter of the
   repository's venv lives under it); a private ``/tmp`` (with this checkout bound back read-only when it
-  lies under ``/tmp``, and bound back again after a pod volume mounted over it, such as the operator's
-  ``/tmp``); the pod's shared ``/dev/shm``; ``/etc/hosts``,
+  lies under ``/tmp``, as a 0755 tmpfs of its entries when the directory itself is 0700, and bound back
+  again after a pod volume mounted over it, such as the operator's ``/tmp``); the pod's shared
+  ``/dev/shm``; ``/etc/hosts``,
   ``/etc/resolv.conf``, ``/etc/hostname``; the termination-message file; the image's ``paths`` and ``bin``
   (at ``/usr/local/bin``); then the pod's volumeMounts (subPath, readOnly), shallowest first;
 - which mount targets must exist on the host first (the agent's mountpoint registry makes those) and which
@@ -141,9 +142,9 @@ def plan_mounts(
     mounts.append(runtime.Mount(target="/tmp", kind="tmpfs", options="mode=1777"))
     # A checkout under /tmp (a CI clone there) holds the images' venv: it comes back through the private /tmp.
     checkout = images.REPO_ROOT.resolve()
-    checkout_bind = runtime.Mount(target=str(checkout), source=str(checkout), readonly=True, mkdir="dir")
+    checkout_binds = _checkout_mounts(checkout)
     if checkout.is_relative_to("/tmp"):
-        mounts.append(checkout_bind)
+        mounts += checkout_binds
     mounts.append(runtime.Mount(target="/dev/shm", source=str(sandbox.shm)))
     for target, source in (
         ("/etc/hosts", sandbox.hosts),
@@ -186,8 +187,23 @@ def plan_mounts(
     if checkout.is_relative_to("/tmp") and any(
         checkout.is_relative_to(m.target) for m in volume_mounts
     ):  # a pod's own /tmp volume (the operator's chart has one) would hide the checkout bound back above
-        mounts.append(checkout_bind)
+        mounts += checkout_binds
     return _with_mountpoints(mounts)
+
+
+def _checkout_mounts(checkout: Path) -> list[runtime.Mount]:
+    """The checkout bound back read-only. A checkout directory others cannot enter (``mktemp -d`` makes it
+    0700) comes back as a 0755 tmpfs holding its entries bound back: a non-root container reaches its venv."""
+    try:
+        enterable = bool(os.stat(checkout).st_mode & stat.S_IXOTH)
+    except OSError:
+        enterable = True  # nothing here to open up
+    if enterable:
+        return [runtime.Mount(target=str(checkout), source=str(checkout), readonly=True, mkdir="dir")]
+    return [runtime.Mount(target=str(checkout), kind="tmpfs", options="mode=755")] + [
+        runtime.Mount(target=str(entry), source=str(entry), readonly=True)
+        for entry in sorted(checkout.iterdir())
+    ]
 
 
 def _with_mountpoints(mounts: Sequence[runtime.Mount]) -> MountPlan:

@@ -55,3 +55,20 @@ def test_a_checkout_under_tmp_stays_visible_under_a_pods_own_tmp_volume(
     ):  # the pod's /tmp volume comes after the container's private /tmp, as the last mount but one
         tmp_mounts = [index for index, (target, _) in enumerate(mounts) if target == "/tmp"]
         assert len(tmp_mounts) == 2 and tmp_mounts[-1] == len(mounts) - (2 if last else 1)
+
+
+def test_a_checkout_directory_others_cannot_enter_comes_back_as_a_tmpfs_of_its_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``mktemp -d`` makes a 0700 directory: a non-root container could not reach the venv inside it."""
+    checkout = tmp_path / "clone"
+    (checkout / ".venv").mkdir(parents=True)
+    (checkout / "README.md").write_text("x")
+    checkout.chmod(0o700)
+    monkeypatch.setattr(images, "REPO_ROOT", checkout)
+    mounts = _plan(tmp_path, [{"name": "tmp", "mountPath": "/tmp"}])
+    entries = [(str(checkout / ".venv"),) * 2, (str(checkout / "README.md"),) * 2]
+    first = mounts.index((str(checkout), ""))  # the tmpfs over the 0700 directory
+    assert mounts[first + 1 : first + 3] == entries
+    # ... and all of it again after the pod's own /tmp volume.
+    assert mounts[-3:] == [(str(checkout), ""), *entries]
