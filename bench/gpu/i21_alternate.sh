@@ -15,6 +15,10 @@
 # sampled: `top -H` (CPU per thread), its allowed CPUs, and py-spy (carried in .whl/) for 5 s, every thread
 # and then only the GIL's holder, non-blocking; into the run's directory.
 # GPUS=2 on a 2-GPU machine; WORKLOAD=resnet50 for the eager pair; BUDGET_S (default 540).
+# TRACE=1: every bare and trainer run also profiles 10 steps after its timed ones (torch.profiler; the trainer's
+# TRAINOP_TRACE_STEPS window), and at the end trace_summary.py compares the first bare run's rank-0 trace with
+# each trainer run's (trace-<run>.md: the step period split into training-stream time, exposed NCCL, other
+# streams and idle; the idle gaps and what the loop's thread did in the longest).
 source "$(dirname "$0")/call_start.sh"
 GPUS=${GPUS:-4}
 WORKLOAD=${WORKLOAD:-resnet50-compile}
@@ -82,8 +86,10 @@ one() {  # NAME PHASE [SWITCHES]
     case $phase in bare*) spy "$O/$name-spy" 'bare_ddp.py' & ;; *) spy "$O/$name-spy" '^ray::RayTrainWorker' & ;; esac
     spier=$!
   fi
+  local trace=(--diagnose-gpus 0)
+  [ "${TRACE:-0}" = 1 ] && trace=(--diagnose-gpus "$GPUS" --trace-workload "$WORKLOAD" --trace-steps 10)
   TRAINOP_SWITCHES=$switches OUT=$O/$name DEADLINE_S=$(( $(left "$BUDGET") - 5 )) bash bench/gpu/run_all.sh \
-    --gpus "$GPUS" --workloads "$WORKLOAD" --only "$phase" --diagnose-gpus 0 --recovery-gpus 0 --ab-variants '' \
+    --gpus "$GPUS" --workloads "$WORKLOAD" --only "$phase" "${trace[@]}" --recovery-gpus 0 --ab-variants '' \
     --steps "$STEPS" > "$O/$name.txt" 2>&1
   echo "$name end $(date +%FT%T.%3N)" >> "$O/runs.txt"
   [ -n "$spier" ] && kill "$spier" 2>/dev/null
@@ -102,6 +108,18 @@ for run in ${RUNS:-bare trainer bare trainer bare trainer}; do
   esac
 done
 kill $SAMPLER 2>/dev/null
+if [ "${TRACE:-0}" = 1 ]; then  # rank 0's traces (traces.tar.gz of each run): the first bare run against each trainer run
+  for d in "$O"/[0-9]*-*/; do [ -f "$d/traces.tar.gz" ] && tar -xzf "$d/traces.tar.gz" -C "$d"; done
+  bare_dir=$(ls -d "$O"/[0-9]*-bare/traces/bare* 2>/dev/null | head -1)
+  for t in $(ls -d "$O"/[0-9]*-trainer*/traces/ray* 2>/dev/null); do
+    run=$(basename "$(dirname "$(dirname "$t")")")
+    if [ -n "$bare_dir" ]; then
+      python3 bench/gpu/trace_summary.py --run "bare DDP=$bare_dir" --run "$run=$t" \
+        --json "$O/$run/trace.json" --text "$O/trace-$run.md" > /dev/null 2>&1 || echo "== trace summary of $run failed"
+      echo "== trace: bare against $run"; cat "$O/trace-$run.md" 2>/dev/null | head -60
+    fi
+  done
+fi
 echo "== total $(( $(date +%s) - t0 )) s"
 # Mean SM clock and power per GPU while each run was timed is for the reader (docs/benchmarks-gpu.md); here
 # only a line per run: the mean SM clock over all GPUs between the run's start and end.

@@ -33,9 +33,10 @@ is any GPU count:
 
 Issue #21 (the trainer within 1 % of bare DDP) adds, all in the same call:
 
-- ``bareN`` with N = ``--diagnose-gpus`` (default 2) profiles ResNet-50 eager for ``--trace-steps`` steps
-  after its timed ones (``bare_ddp.py --trace-steps``), and ``rayN``'s ResNet-50 eager run goes on after its
-  timed steps with A/B blocks of runtime switches, the same trace window, and the recovery test
+- ``bareN`` with N = ``--diagnose-gpus`` (default 2) profiles ResNet-50 eager (or ``--trace-workload``) for
+  ``--trace-steps`` steps after its timed ones (``bare_ddp.py --trace-steps``), and ``rayN``'s run of that
+  workload has the same trace window; its ResNet-50 eager run goes on after its timed steps with A/B blocks
+  of runtime switches and the recovery test
   (``diagnosis.py`` says in which order). ``trace_summary.py`` compares the two traces into
   ``OUT/profile.md`` and ``OUT/profile.json``: the step period split into training-stream time, exposed
   NCCL, exposed copies and idle GPU, and the host's time per section of the loop. Phases may name one
@@ -323,6 +324,9 @@ class Suite:
     # and the latter also runs the A/B blocks.
     diagnose_gpus: int = 2
     trace_steps: int = 10
+    # The workload whose bareN/rayN runs are traced (the A/B blocks and the recovery test stay with eager
+    # ResNet-50): e.g. resnet50-compile for the compiled gap of #21.
+    trace_workload: str = "resnet50"
     ab_variants: tuple[str, ...] = tuple(diagnosis.DEFAULT_AB_VARIANTS.split(","))
     ab_steps: int = 20
     ab_rounds: int = 2
@@ -356,7 +360,7 @@ class Suite:
         self.warmth.update((graph(impl, workload), device) for device in range(gpus))
 
     def traced_bare(self, gpus: int, workload: str) -> bool:
-        return gpus == self.diagnose_gpus and workload == "resnet50" and self.trace_steps > 0
+        return gpus == self.diagnose_gpus and workload == self.trace_workload and self.trace_steps > 0
 
     def phase_estimate(self, phase: Phase, gpus: int, workloads: list[str]) -> float:
         """The whole phase on ``gpus`` GPUs (what ``--dry-run`` prints; each run is checked on its own)."""
@@ -393,13 +397,14 @@ class Suite:
     def plan(self, impl: str, gpus: int, workload: str, *, recovery: bool) -> diagnosis.RunPlan:
         """What a trainer run does after its timed steps (diagnosis.plan_run)."""
         diagnose = impl == "ray" and workload == "resnet50" and gpus == self.diagnose_gpus
+        traced = impl == "ray" and workload == self.trace_workload and gpus == self.diagnose_gpus
         return diagnosis.plan_run(
             warmup=WARMUP,
             steps=STEPS,
             ab_variants=self.ab_variants if diagnose else (),
             ab_steps=REPORT_EVERY if SMOKE else self.ab_steps,
             ab_rounds=self.ab_rounds,
-            trace_steps=(3 if SMOKE else self.trace_steps) if diagnose else 0,
+            trace_steps=(3 if SMOKE else self.trace_steps) if traced else 0,
             recovery=recovery,
             report_every=REPORT_EVERY,
         )
@@ -542,7 +547,7 @@ class Suite:
     def bare(self, gpus: int, workloads: list[str]) -> None:
         if not workloads:
             return
-        traced = self.traced_bare(gpus, "resnet50") and "resnet50" in workloads
+        traced = self.traced_bare(gpus, self.trace_workload) and self.trace_workload in workloads
         if not self.fits(f"bare{gpus}", self.phase_estimate(Phase("bare", gpus), gpus, workloads)):
             return
         trace = (
@@ -552,7 +557,7 @@ class Suite:
                 "--trace-dir",
                 str(self.traces / f"bare{gpus}"),
                 "--trace-workload",
-                "resnet50",
+                self.trace_workload,
             ]
             if traced
             else []
@@ -620,7 +625,7 @@ class Suite:
             return f"Profile: trace_summary.py failed:\n{out[-2000:]}"
         steps = 3 if SMOKE else self.trace_steps
         return (
-            f"Profile: ResNet-50 eager, {self.diagnose_gpus} GPUs, {steps} steps after the timed ones "
+            f"Profile: {self.trace_workload}, {self.diagnose_gpus} GPUs, {steps} steps after the timed ones "
             f"(trace_summary.py; profile.json has every rank):\n\n{out.strip()}"
         )
 
@@ -1214,6 +1219,11 @@ def main(argv: list[str] | None = None) -> int:
         "--trace-steps", type=int, default=10, help="steps in each trace window (0: no trace)"
     )
     parser.add_argument(
+        "--trace-workload",
+        default="resnet50",
+        help="the workload whose bareN/rayN runs (N = --diagnose-gpus) are traced",
+    )
+    parser.add_argument(
         "--ab-variants",
         default=diagnosis.DEFAULT_AB_VARIANTS,
         help="runtime-switch variants of the A/B blocks ('' for none)",
@@ -1263,6 +1273,7 @@ def main(argv: list[str] | None = None) -> int:
         recovery_gpus=args.recovery_gpus,
         diagnose_gpus=args.diagnose_gpus,
         trace_steps=args.trace_steps,
+        trace_workload=args.trace_workload,
         ab_variants=tuple(v.strip() for v in args.ab_variants.split(",") if v.strip()),
         ab_steps=args.ab_steps,
         ab_rounds=args.ab_rounds,
