@@ -79,8 +79,8 @@ def test_a_trace_window_records_the_asked_steps_and_the_loops_sections_on_every_
     facts = json.loads((trace_dir / "rank0.env.json").read_text())
     assert facts["traced_steps"] == 3 and facts["world_size"] == 1 and facts["torch_threads"] >= 1
     assert facts["switches"] == (
-        "batch_memory=slots,bucket_view=on,control_every=1,failed_group=kill,gc=auto,input=fused,prefetch=eager,"
-        "report_sync=lagged,restarts=controller"
+        "batch_memory=slots,bucket_view=on,control_every=1,failed_group=kill,gc=auto,input=fused,"
+        "niceness=training,prefetch=eager,report_sync=lagged,restarts=controller"
     )
 
 
@@ -195,6 +195,22 @@ def test_bucket_views_are_the_default_and_off_gives_ddps_own_default(monkeypatch
     assert switches.DEFAULTS["bucket_view"] == "on" and switches.bucket_view()
     with trainer_support.switches_from_env(monkeypatch, "bucket_view=off"):
         assert not switches.bucket_view()
+
+
+def test_ray_train_workers_run_at_niceness_0_unless_asked_for_rays_default(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runtime env of the workers (a real Ray worker at niceness 0: test_trainer_ray's SIGTERM test)."""
+    from trainop_trainer import ray_train
+
+    config = trainer_support.mlp_config(tmp_path, "nice")
+    monkeypatch.delenv(ray_train.RAY_NICENESS_ENV, raising=False)
+    assert switches.DEFAULTS["niceness"] == "training"
+    assert ray_train.worker_env(config)[ray_train.RAY_NICENESS_ENV] == "0"
+    with trainer_support.switches_from_env(monkeypatch, "niceness=ray"):
+        assert ray_train.RAY_NICENESS_ENV not in ray_train.worker_env(config)
+    monkeypatch.setenv(ray_train.RAY_NICENESS_ENV, "5")  # the driver's own setting is kept
+    assert ray_train.worker_env(config)[ray_train.RAY_NICENESS_ENV] == "5"
 
 
 def test_synced_gc_freezes_collects_the_young_generations_at_the_same_steps_and_restores_the_collector(

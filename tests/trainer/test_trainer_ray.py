@@ -192,6 +192,8 @@ def test_sigterm_to_one_worker_checkpoints_ends_the_attempt_as_preempted_and_the
         signalled["step"] = _wait_for_step(config, 20, timeout_s=120)
         pid = int((pid_dir / "sigterm-worker-rank1.pid").read_text())
         signalled["pid"] = pid
+        # Ray starts its workers at niceness 15; a training worker runs at 0 (switches niceness=training).
+        signalled["niceness"] = os.getpriority(os.PRIO_PROCESS, pid)
         os.kill(pid, signal.SIGTERM)
 
     thread = threading.Thread(target=preempt_rank1)
@@ -200,6 +202,7 @@ def test_sigterm_to_one_worker_checkpoints_ends_the_attempt_as_preempted_and_the
     thread.join()
 
     assert first.outcome == "failed" and (first.error or "").startswith("Preempted"), first
+    assert signalled["niceness"] == 0, signalled
     [entry] = trainer_support.status(config)["workerFailures"]["last"]
     assert (entry["reason"], entry["restarted"], entry["attempt"]) == ("Preempted", False, 1), entry
     second = ray_train.run(config.model_copy(update={"attempt": 2}))

@@ -27,7 +27,8 @@ Worker (``train_loop_per_worker``): read the launch settings, start the ``Runtim
 - any exception: classified (``failures.classify_exception``), reported to the driver, raised again.
 
 Environment for the workers (``RunConfig.worker_runtime_env``): the NCCL profile's variables when the profile
-is explicit (``auto`` is resolved on each node by the worker), ``PYTHONPATH``, ``TRAINOP_PID_DIR``,
+is explicit (``auto`` is resolved on each node by the worker), niceness 0 (``RAY_worker_niceness``; Ray's
+default for its workers is 15: switches ``niceness``), ``PYTHONPATH``, ``TRAINOP_PID_DIR``,
 ``TRAINOP_DATA_DIR`` and the benchmark knobs (``config.BENCH_ENV``) of the driver if set, so user packages,
 the preStop hook, spec.data and the GPU benchmark work the same way locally. Never the bucket credentials: a
 runtime env is visible on Ray's dashboard; every Ray container has them from the Secret. Every Ray worker
@@ -49,12 +50,14 @@ from typing import Any
 
 from trainop.api import trainer_config, trainingjob
 from trainop_trainer import config as config_module
-from trainop_trainer import nccl, storage
+from trainop_trainer import nccl, storage, switches
 
 log = logging.getLogger(__name__)
 
+RAY_NICENESS_ENV = "RAY_worker_niceness"  # read by each Ray worker process as it starts
 _FORWARDED_ENV = (
     "PYTHONPATH",
+    RAY_NICENESS_ENV,
     config_module.PID_DIR_ENV,
     trainer_config.DATA_DIR_ENV,
     *config_module.BENCH_ENV,
@@ -225,6 +228,9 @@ def worker_env(config: trainer_config.TrainerConfig) -> dict[str, str]:
     # A collective that times out aborts its communicator and raises, instead of hanging (PyTorch's default
     # since 2.2; set so that no image's or user's setting turns it off unnoticed).
     env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
+    if switches.training_niceness():
+        # Ray starts its workers at niceness 15; a training worker runs at 0, as under torchrun (switches.py).
+        env[RAY_NICENESS_ENV] = "0"
     for key in _FORWARDED_ENV:
         if os.environ.get(key):
             env[key] = os.environ[key]
@@ -376,7 +382,7 @@ def run(config: trainer_config.TrainerConfig, *, inject_failure_at_step: int | N
 
         outcome, error = raytrain_function.run(config, worker_env=worker_env(config))
         return RunResult(outcome=outcome, step=None, error=error)
-    from trainop_trainer import failures, preempt, switches, watchdog
+    from trainop_trainer import failures, preempt, watchdog
 
     launch_id = uuid.uuid4().hex
     log.info("starting %s", config_module.describe(config))

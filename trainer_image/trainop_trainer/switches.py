@@ -56,6 +56,13 @@ on every rank at once:
   shared-memory segment per batch that the main process maps, pins and unmaps; unmapping and freeing a
   38 MB batch holds the GIL for milliseconds in the DataLoader's pin-memory thread, time the training
   thread cannot launch kernels in (py-spy on 2x H200, 2026-11-28, docs/benchmarks-gpu.md).
+- ``niceness`` (``ray_train.worker_env``, read once, in the driver: a process-level choice). ``training``
+  (default): the Ray Train workers run at niceness 0 (``RAY_worker_niceness=0`` in their runtime env), as a
+  process started by torchrun does. ``ray``: Ray's own default for worker processes, niceness 15 (Ray lowers
+  its workers' priority so that its raylet and GCS stay responsive), which the training threads, the
+  DataLoader's workers and its pin-memory thread then inherit: on a busy node any process at niceness 0
+  (Ray's own, a node agent's) takes a shared core from them first. An explicit ``RAY_worker_niceness`` in the
+  driver's environment is kept either way.
 ``TRAINOP_SWITCHES`` sets them for a process (``input=f32,control_every=4``; Ray workers get it from the
 driver, see ``ray_train``). A job never needs to: the defaults are the trainer's choice. It must not hold
 anything but these values.
@@ -76,6 +83,7 @@ RESTART_MODES = ("controller", "driver")
 FAILED_GROUP_MODES = ("kill", "graceful")
 GC_MODES = ("auto", "synced")
 BATCH_MEMORY_MODES = ("slots", "fresh")
+NICENESS_MODES = ("training", "ray")
 DEFAULTS: dict[str, str | int] = {
     "input": "fused",
     "prefetch": "eager",
@@ -86,6 +94,7 @@ DEFAULTS: dict[str, str | int] = {
     "failed_group": "kill",
     "gc": "auto",
     "batch_memory": "slots",
+    "niceness": "training",
 }
 
 _CHOICES = {
@@ -97,6 +106,7 @@ _CHOICES = {
     "failed_group": FAILED_GROUP_MODES,
     "gc": GC_MODES,
     "batch_memory": BATCH_MEMORY_MODES,
+    "niceness": NICENESS_MODES,
 }
 
 # The values in force (module state, read at every use).
@@ -172,6 +182,10 @@ def gc_mode() -> str:
 
 def batch_slots() -> bool:
     return values["batch_memory"] == "slots"
+
+
+def training_niceness() -> bool:
+    return values["niceness"] == "training"
 
 
 def control_every() -> int:
