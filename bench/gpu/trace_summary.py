@@ -6,10 +6,11 @@ Each DIR holds ``rank<r>.trace.json.gz`` (Chrome traces: ``bare_ddp.py --trace-s
 ``TRAINOP_TRACE_STEPS`` window, ``trainop_trainer.bench_hooks``) and ``rank<r>.env.json``. Every profiled step
 is a CPU range ``bare.step#N`` / ``trainop.step#N`` on the loop's thread. Per rank:
 
-- **GPU, per step**: the *training stream* is the stream with the most kernel time. Step i's GPU span starts
-  at the first training-stream kernel launched during step i; the period is the distance to the next
-  step's start (n steps give n-1 periods). Each period splits into four parts that add up:
-  ``train_stream_busy`` (kernels on the training stream), ``nccl_exposed`` (NCCL kernels running while the
+- **GPU, per step**: the *training stream* is the stream with the most kernel time, NCCL's kernels not
+  counted (they spin while waiting for the peers: with a compiled model the NCCL stream can have the most).
+  Step i's GPU span starts at the first training-stream kernel launched during step i; the period is the
+  distance to the next step's start (n steps give n-1 periods). Each period splits into four parts that add
+  up: ``train_stream_busy`` (kernels on the training stream), ``nccl_exposed`` (NCCL kernels running while the
   training stream is idle: communication not hidden), ``other_exposed`` (copies and kernels of other
   streams while both are idle: the input copy and normalisation), ``idle`` (nothing on the GPU: it waits
   for the host). Also: NCCL kernel time, other-stream kernel time, copies by direction, kernels per step,
@@ -162,7 +163,8 @@ def summarize_rank(events: list[dict[str, Any]]) -> dict[str, Any]:
     kernels = [e for e in gpu if e.get("cat") == "kernel"]
     stream_time: dict[Any, float] = defaultdict(float)
     for k in kernels:
-        stream_time[(k.get("args") or {}).get("stream", k.get("tid"))] += float(k["dur"])
+        if not is_nccl(str(k.get("name", ""))):  # NCCL's kernels spin while they wait for peers
+            stream_time[(k.get("args") or {}).get("stream", k.get("tid"))] += float(k["dur"])
     result: dict[str, Any] = {"steps": n, "loop_thread": loop_tid}
 
     # ---- host side
@@ -202,6 +204,9 @@ def summarize_rank(events: list[dict[str, Any]]) -> dict[str, Any]:
     if not kernels:
         result["gpu"] = None
         return result
+    if not stream_time:  # only NCCL kernels: the stream with the most of them
+        for k in kernels:
+            stream_time[(k.get("args") or {}).get("stream", k.get("tid"))] += float(k["dur"])
     train_stream = max(stream_time, key=lambda s: stream_time[s])
 
     def stream_of(e: dict[str, Any]) -> Any:
