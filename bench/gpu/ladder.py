@@ -22,8 +22,9 @@ trainer's own components, to the one before:
 Variants that are not cumulative: ``loader-fresh`` (``loader`` with ``switches`` ``batch_memory=fresh``, a
 new shared-memory segment per batch, the DataLoader's own way), ``input-lean`` (``input`` with ``switches``
 ``input=lean``, the two-kernel normalisation that was the default before the one-kernel ``fused``),
-``report-f32`` (``report`` with ``switches`` ``input=f32``, the image path before issue #21) and
-``report-ctl8`` (``control_every=8``). The
+``report-f32`` (``report`` with ``switches`` ``input=f32``, the image path before issue #21),
+``report-ctl8`` (``control_every=8``), ``loader-w2`` and ``loader-w8`` (``loader`` with 2 or 8 workers).
+A rung may be named twice (``loader,loader-w8,loader``: an order effect shows as two ``loader`` lines). The
 NCCL variables are the trainer's (``distributed.apply_network``, profile ``auto``), the process group is set
 up as the trainer's launcher does it (``distributed.from_torchrun_env``): ``bare`` here against
 ``bare_ddp.py`` in the same call shows what those two change. Rank 0 prints one ``LADDER {json}`` line per
@@ -59,6 +60,8 @@ RUNGS = (
     "input-lean",
     "loader",
     "loader-fresh",
+    "loader-w2",
+    "loader-w8",
     "control",
     "report",
     "report-f32",
@@ -71,6 +74,8 @@ FEATURES = {
     "input-lean": {"ddp", "input"},
     "loader": {"ddp", "loader"},
     "loader-fresh": {"ddp", "loader"},
+    "loader-w2": {"ddp", "loader"},
+    "loader-w8": {"ddp", "loader"},
     "control": {"ddp", "loader", "control"},
     "report": {"ddp", "loader", "control", "report"},
     "report-f32": {"ddp", "loader", "control", "report"},
@@ -89,12 +94,16 @@ PARENT = {
     "input-lean": "input",
     "loader": "ddp",
     "loader-fresh": "loader",
+    "loader-w2": "loader",
+    "loader-w8": "loader",
     "control": "loader",
     "report": "control",
     "report-f32": "report",
     "report-ctl8": "report",
 }
 BATCH, IMAGE, WORKERS, REPORT_EVERY = 256, 224, 4, 10
+# Rungs with another number of loader workers than WORKERS (the trainer's default for image jobs).
+WORKERS_OF = {"loader-w2": 2, "loader-w8": 8}
 
 
 def batches_on_device(device: torch.device) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -141,7 +150,11 @@ def run_rung(
             dataset, num_replicas=ctx.world_size, rank=ctx.rank, seed=0
         )
         loader = data.make_loader(
-            dataset, sampler, batch_size=BATCH, num_workers=WORKERS if cuda else 0, pin_memory=cuda
+            dataset,
+            sampler,
+            batch_size=BATCH,
+            num_workers=WORKERS_OF.get(name, WORKERS) if cuda and WORKERS else 0,
+            pin_memory=cuda,
         )
         source = iter(data.DeviceBatches(loader, device=device, to_device=to_device))
     elif "input" in features:
