@@ -75,7 +75,12 @@ import json, sys
 for line in sys.stdin:
     r = json.loads(line[7:])
     print(f\"  {r['rung']:<12} {r['step_ms']:8.2f} ms/step {r['samples_per_second']:10.1f} samples/s \"
-          f\"warm-up {r['warmup_s']:6.1f} s  {r.get('added_to', '')} {r.get('added_ms', 0):+.2f} ms\")"
+          f\"warm-up {r['warmup_s']:6.1f} s  {r.get('added_to', '')} {r.get('added_ms', 0):+.2f} ms\")
+    for rank, h in enumerate(r.get('host_by_rank') or []):
+        w, l = h.get('data_wait_ms', {}), h.get('lead_ms', {})
+        print(f\"    rank {rank}: next() p50 {w.get('p50')} p99 {w.get('p99')} max {w.get('max')} ms; \"
+              f\"lead p10 {l.get('p10')} p50 {l.get('p50')} min {l.get('min')} ms, \"
+              f\"{h.get('steps_lead_under_1ms')} steps under 1 ms\")"
 }
 one() {  # NAME PHASE [SWITCHES]
   local name=$1 phase=$2 switches=${3:-}

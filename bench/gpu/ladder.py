@@ -20,20 +20,21 @@ trainer's own components, to the one before:
   checkpoints, status and the step schedule's clocks.
 
 Variants that are not cumulative: ``loader-fresh`` (``loader`` with ``switches`` ``batch_memory=fresh``, a
-new shared-memory segment per batch, the DataLoader's own way), ``input-lean`` (``input`` with ``switches``
-``input=lean``, the two-kernel normalisation that was the default before the one-kernel ``fused``),
-``report-f32`` (``report`` with ``switches`` ``input=f32``, the image path before issue #21),
-``report-ctl8`` (``control_every=8``), ``loader-w2`` and ``loader-w8`` (``loader`` with 2 or 8 workers).
-A rung may be named twice (``loader,loader-w8,loader``: an order effect shows as two ``loader`` lines). The
-NCCL variables are the trainer's (``distributed.apply_network``, profile ``auto``), the process group is set
-up as the trainer's launcher does it (``distributed.from_torchrun_env``): ``bare`` here against
+new shared-memory segment per batch, the DataLoader's own way), ``input-lean`` (``input`` with
+``switches`` ``input=lean``, the two-kernel normalisation that was the default before the one-kernel
+``fused``), ``report-f32`` (``report`` with ``switches`` ``input=f32``, the image path before issue #21),
+``report-ctl8`` (``control_every=8``), ``loader-w2`` and ``loader-w8`` (``loader`` with 2 or 8 workers). A
+rung may be named twice (``loader,loader-w8,loader``: an order effect shows as two ``loader`` lines). The
+NCCL variables are the trainer's (``distributed.apply_network``, profile ``auto``), the process group is
+set up as the trainer's launcher does it (``distributed.from_torchrun_env``): ``bare`` here against
 ``bare_ddp.py`` in the same call shows what those two change. Rank 0 prints one ``LADDER {json}`` line per
-rung (ms per step, samples/s, the difference to the rung before). Throughput: ``--steps`` steps between two
-device synchronisations after ``--warmup`` steps. ``--cpu --tiny`` runs the same code with gloo on tiny images
-(a test of the script). ``--compile`` compiles every rung as the trainer compiles a ``compile: true`` DDP
-job (``torch.compile`` of the DDP module, ``parallelize.apply``) and as ``bare_ddp.py``'s ``-compile``
-workloads do; each rung compiles afresh (Dynamo is reset between rungs; Inductor's cache makes the later
-ones quicker)."""
+rung (ms per step, samples/s, the difference to the rung before, and every rank's host timing: its wait in
+``next()`` for each batch and its lead over the GPU at each step's start, as quantiles in ms). Throughput:
+``--steps`` steps between two device synchronisations after ``--warmup`` steps. ``--cpu --tiny`` runs the
+same code with gloo on tiny images (a test of the script). ``--compile`` compiles every rung as the
+trainer compiles a ``compile: true`` DDP job (``torch.compile`` of the DDP module, ``parallelize.apply``)
+and as ``bare_ddp.py``'s ``-compile`` workloads do; each rung compiles afresh (Dynamo is reset between
+rungs; Inductor's cache makes the later ones quicker)."""
 
 from __future__ import annotations
 
@@ -121,6 +122,37 @@ def batches_on_device(device: torch.device) -> Iterator[tuple[torch.Tensor, torc
         i += 1
 
 
+def _timing_event() -> Any:
+    event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+    event.record()
+    return event
+
+
+def _quantiles(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    if not ordered:
+        return {}
+
+    def at(q: float) -> float:
+        return round(1e3 * ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
+
+    return {"min": at(0.0), "p10": at(0.1), "p50": at(0.5), "p90": at(0.9), "p99": at(0.99), "max": at(1.0)}
+
+
+def host_timing(waits: list[float], marks: list[tuple[float, Any]]) -> dict[str, Any]:
+    """This rank's host side of the timed steps, in ms: the wait in ``next()`` for each batch, and the host's
+    lead at each step's start — how long after the host recorded an event at the step's start the GPU
+    reached it (the first timed step starts after a synchronisation, lead 0 by construction). A lead near 0
+    means the GPU was waiting for the host there."""
+    result: dict[str, Any] = {"data_wait_ms": _quantiles(waits)}
+    if marks:
+        host0, event0 = marks[0]
+        leads = [event0.elapsed_time(event) / 1e3 - (host - host0) for host, event in marks[1:]]
+        result["lead_ms"] = _quantiles(leads)
+        result["steps_lead_under_1ms"] = sum(1 for lead in leads if lead < 1e-3)
+    return result
+
+
 def run_rung(
     name: str, *, ctx: distributed.WorkerContext, warmup: int, steps: int, compile_: bool = False
 ) -> dict[str, Any]:
@@ -190,11 +222,19 @@ def run_rung(
 
     last = began = time.perf_counter()
     start = 0.0
+    waits: list[float] = []  # seconds in next(source), each timed step
+    marks: list[tuple[float, Any]] = []  # (host time, CUDA event) at each timed step's start
     for step in range(1, total + 1):
         if step == warmup + 1:
             sync()
             start = time.perf_counter()
+        timed = step > warmup
+        if timed and cuda:
+            marks.append((time.perf_counter(), _timing_event()))
+        before = time.perf_counter()
         inputs, targets = next(source)
+        if timed:
+            waits.append(time.perf_counter() - before)
         with autocast():
             loss = F.cross_entropy(train_model(inputs), targets)
         loss.backward()  # type: ignore[no-untyped-call]
@@ -215,6 +255,7 @@ def run_rung(
                 control.all_reduce_mean(stats.local_loss)
     sync()
     seconds = time.perf_counter() - start
+    host = host_timing(waits, marks)
     describe = switches.describe()
     if control is not None:
         control.drain()
@@ -227,6 +268,7 @@ def run_rung(
         "step_ms": 1e3 * seconds / steps,
         "samples_per_second": BATCH * ctx.world_size * steps / seconds,
         "switches": describe,
+        "host": host,
         "compiled": compile_,
         "warmup_s": start - began,  # the warm-up steps, the compile included
     }
@@ -258,6 +300,10 @@ def main() -> int:
         result = run_rung(name, ctx=ctx, warmup=args.warmup, steps=args.steps, compile_=args.compile)
         result["impl"] = "ladder"
         result["gpu"] = torch.cuda.get_device_name(ctx.device) if use_gpu else "cpu"
+        # Every rank's host timing (rank 0 prints them): a slow rank holds every all-reduce.
+        ranks: list[Any] = [None] * ctx.world_size
+        torch.distributed.all_gather_object(ranks, result.pop("host"))
+        result["host_by_rank"] = ranks
         parent = PARENT.get(name)
         if parent in done:
             result["added_to"] = parent
