@@ -14,8 +14,7 @@ OUT=$O/suite DEADLINE_S=${SUITE_S:-470} bash bench/gpu/run_all.sh --gpus 1,2 --a
 echo "== suite done at $(( $(date +%s) - t0 )) s"
 (
   if [ -d .whl ]; then source bench/gpu/install_wheels.sh; fi
-  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-  export TORCHINDUCTOR_CACHE_DIR=/tmp/trainop-inductor TRITON_CACHE_DIR=/tmp/trainop-triton
+  source bench/gpu/env.sh
   for n in 2 1; do
     timeout $(( (${LOADER_S:-90}) / 2 )) torchrun --standalone --nproc-per-node $n bench/gpu/bare_ddp.py \
       --workloads resnet50 --data loader --warmup 20 --steps 60 --out "$O/loader.jsonl" 2>&1 \

@@ -9,11 +9,9 @@
 set -uo pipefail
 t0=$(date +%s)
 cd "$(dirname "$0")/../.."
-# NVLink multicast stays off in every process.
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONUNBUFFERED=1
-# One compile cache for every process of the call: the bare run fills it, the trainer's run loads it.
-export TORCHINDUCTOR_CACHE_DIR=/tmp/trainop-inductor TRITON_CACHE_DIR=/tmp/trainop-triton
+# NVLink multicast off in every process, one compile cache for the call (the bare run fills it, the
+# trainer's run loads it): bench/gpu/env.sh.
+source bench/gpu/env.sh
 OUT=${OUT:-$PWD/out/fsdp}
 mkdir -p "$OUT"
 {
