@@ -122,12 +122,6 @@ def batches_on_device(device: torch.device) -> Iterator[tuple[torch.Tensor, torc
         i += 1
 
 
-def _timing_event() -> Any:
-    event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-    event.record()
-    return event
-
-
 def _quantiles(values: list[float]) -> dict[str, float]:
     ordered = sorted(values)
     if not ordered:
@@ -230,7 +224,7 @@ def run_rung(
             start = time.perf_counter()
         timed = step > warmup
         if timed and cuda:
-            marks.append((time.perf_counter(), _timing_event()))
+            marks.append((time.perf_counter(), reporting._timing_event()))
         before = time.perf_counter()
         inputs, targets = next(source)
         if timed:

@@ -161,10 +161,12 @@ def summarize_rank(events: list[dict[str, Any]]) -> dict[str, Any]:
                 launches[corr] = e
     gpu = [e for e in events if e.get("cat") in GPU_CATS]
     kernels = [e for e in gpu if e.get("cat") == "kernel"]
+    # Kernel time per stream, NCCL's kernels apart (they spin while they wait for the peers).
     stream_time: dict[Any, float] = defaultdict(float)
+    nccl_stream_time: dict[Any, float] = defaultdict(float)
     for k in kernels:
-        if not is_nccl(str(k.get("name", ""))):  # NCCL's kernels spin while they wait for peers
-            stream_time[(k.get("args") or {}).get("stream", k.get("tid"))] += float(k["dur"])
+        stream = (k.get("args") or {}).get("stream", k.get("tid"))
+        (nccl_stream_time if is_nccl(str(k.get("name", ""))) else stream_time)[stream] += float(k["dur"])
     result: dict[str, Any] = {"steps": n, "loop_thread": loop_tid}
 
     # ---- host side
@@ -204,10 +206,8 @@ def summarize_rank(events: list[dict[str, Any]]) -> dict[str, Any]:
     if not kernels:
         result["gpu"] = None
         return result
-    if not stream_time:  # only NCCL kernels: the stream with the most of them
-        for k in kernels:
-            stream_time[(k.get("args") or {}).get("stream", k.get("tid"))] += float(k["dur"])
-    train_stream = max(stream_time, key=lambda s: stream_time[s])
+    busiest = stream_time or nccl_stream_time  # only NCCL kernels: the stream with the most of them
+    train_stream = max(busiest, key=lambda s: busiest[s])
 
     def stream_of(e: dict[str, Any]) -> Any:
         return (e.get("args") or {}).get("stream", e.get("tid"))

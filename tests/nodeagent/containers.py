@@ -142,9 +142,8 @@ def plan_mounts(
     mounts.append(runtime.Mount(target="/tmp", kind="tmpfs", options="mode=1777"))
     # A checkout under /tmp (a CI clone there) holds the images' venv: it comes back through the private /tmp.
     checkout = images.REPO_ROOT.resolve()
-    checkout_binds = _checkout_mounts(checkout)
-    if checkout.is_relative_to("/tmp"):
-        mounts += checkout_binds
+    checkout_binds = _checkout_mounts(checkout) if checkout.is_relative_to("/tmp") else []
+    mounts += checkout_binds
     mounts.append(runtime.Mount(target="/dev/shm", source=str(sandbox.shm)))
     for target, source in (
         ("/etc/hosts", sandbox.hosts),
@@ -184,7 +183,7 @@ def plan_mounts(
             )
         )
     mounts += sorted(volume_mounts, key=lambda m: m.target.count("/"))
-    if checkout.is_relative_to("/tmp") and any(
+    if checkout_binds and any(
         checkout.is_relative_to(m.target) for m in volume_mounts
     ):  # a pod's own /tmp volume (the operator's chart has one) would hide the checkout bound back above
         mounts += checkout_binds
