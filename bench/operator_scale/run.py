@@ -199,7 +199,7 @@ def start_operator(
     variant: Variant,
     trace: Path | None = None,
 ) -> tuple[processes.ManagedProcess, int]:
-    liveness, metrics_port = processes.free_loopback_port(), processes.free_loopback_port()
+    liveness, metrics_port = processes.free_loopback_ports(2)
     # CPU time, not cProfile's default wall clock: on a shared machine, wall time charges whatever ran
     # when the process was preempted.
     profiler = (

@@ -238,8 +238,7 @@ class ClusterBed:
     def _start_kube_proxy(self) -> None:
         config = self._kubeconfig_for("kube-proxy", "system:kube-proxy")
         node_ip = self.network.node_ip
-        healthz = processes.free_loopback_port()
-        metrics = processes.free_loopback_port()
+        healthz, metrics = processes.free_loopback_ports(2)
         process = processes.ManagedProcess.start(
             name="kube-proxy",
             argv=self.network.bed_netns_argv(

@@ -224,7 +224,7 @@ class ControlPlane:
     ) -> list[int]:
         """Start ``name`` on fresh loopback ports, retrying when a port was taken between pick and bind."""
         for attempt in range(1, _PORT_RETRIES + 1):
-            ports = [processes.free_loopback_port() for _ in range(num_ports)]
+            ports = processes.free_loopback_ports(num_ports)
             process = processes.ManagedProcess.start(
                 name=name, argv=argv_for(ports), log_path=self._log_path(name)
             )

@@ -43,10 +43,21 @@ def free_loopback_port() -> int:
     There is an unavoidable window between closing this socket and the child binding the port; the
     caller retries a start that fails with "address already in use" (see ``ControlPlane``).
     """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    [port] = free_loopback_ports(1)
+    return port
+
+
+def free_loopback_ports(count: int) -> list[int]:
+    """``count`` different TCP ports on 127.0.0.1 that were free a moment ago: every socket stays bound until
+    all are picked (one at a time, the kernel may hand the port it just freed out again: a process then
+    got the same port for two listeners)."""
+    with contextlib.ExitStack() as stack:
+        ports: list[int] = []
+        for _ in range(count):
+            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind(("127.0.0.1", 0))
+            ports.append(sock.getsockname()[1])
+        return ports
 
 
 def _die_with_parent() -> None:

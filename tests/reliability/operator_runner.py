@@ -57,8 +57,7 @@ class Operator:
     def start(self, *, wait: bool = True, timeout_s: float = 60) -> None:
         assert not self.running, "already running"
         self.starts += 1
-        self.liveness_port = processes.free_loopback_port()
-        self.metrics_port = processes.free_loopback_port()
+        self.liveness_port, self.metrics_port = processes.free_loopback_ports(2)
         argv = [
             sys.executable,
             "-m",

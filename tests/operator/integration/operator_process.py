@@ -41,8 +41,7 @@ class OperatorProcess:
         with ``wait``, until it is live."""
         assert not self.running, "already running"
         self.starts += 1
-        self.liveness_port = processes.free_loopback_port()
-        self.metrics_port = processes.free_loopback_port()
+        self.liveness_port, self.metrics_port = processes.free_loopback_ports(2)
         argv = [
             sys.executable,
             "-m",
