@@ -1,4 +1,4 @@
-"""Root pytest configuration: registers the control-plane and S3 fixtures and the tiers plugin everywhere.
+"""Root pytest configuration: the control-plane, S3 and MLflow fixtures and the tiers plugin, everywhere.
 
 The fixtures (a real kube-apiserver + etcd + kube-controller-manager, session-scoped, and a namespace
 per test) live in tests/controlplane/fixtures.py; see docs/controlplane.md. tests/tiers.py assigns every
@@ -16,6 +16,7 @@ from tests import session_beds
 pytest_plugins = [
     "tests.controlplane.fixtures",
     "tests.objectstore.fixtures",
+    "tests.mlflow_server",
     "tests.tiers",
     "tests.property_seed",
     "pytester",

@@ -1,21 +1,32 @@
 """A real MLflow tracking server for the tracking tests: ``mlflow server`` on loopback, SQLite backend.
 
-Started once per test session by the ``mlflow_server`` fixtures of tests/trainer and tests/sweep, its
-database and artifacts in a temporary directory; tests assert on what the server stores, through MLflow's
-own client. Start-up runs MLflow's database migrations and takes up to a minute on the 2-core box.
+One server per pytest process (the ``mlflow_server`` fixture, registered for every test by the root
+conftest and shared by tests/trainer and tests/sweep), its database and artifacts in a temporary directory,
+started only when a test asks for it and stopped before the e2e tier (tests/session_beds.py); tests
+assert on what the server stores, through MLflow's own client, each in an experiment of its own name.
+
+MLflow's job execution (``MLFLOW_SERVER_ENABLE_JOB_EXECUTION``, on by default since MLflow 3) is off: it
+starts a job runner and six huey consumer processes beside the server, for server-side jobs (trace
+roll-ups, GenAI evaluations) that no trainop test or feature uses. On the 2-core dev box a server start
+took 36.6 s of CPU with them and 11.5 s without (2026-11-28, ``cpuacct`` of the process tree).
+Start-up runs MLflow's database migrations and takes up to a minute on the 2-core box.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
+import os
 import pathlib
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tests import session_beds
 
 STARTUP_TIMEOUT_S = 240.0
 
@@ -37,8 +48,8 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@contextlib.contextmanager
-def running(root: pathlib.Path) -> Iterator[MlflowServer]:
+def start(root: pathlib.Path) -> tuple[MlflowServer, Callable[[], None]]:
+    """Start a server over ``root`` and wait until it answers; returns it and its (idempotent) stop."""
     port = _free_port()
     uri = f"http://127.0.0.1:{port}"
     log = (root / "server.log").open("w")
@@ -60,7 +71,19 @@ def running(root: pathlib.Path) -> Iterator[MlflowServer]:
         stdout=log,
         stderr=subprocess.STDOUT,
         cwd=root,
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
     )
+
+    def stop() -> None:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        log.close()
+
     try:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while True:
@@ -79,12 +102,19 @@ def running(root: pathlib.Path) -> Iterator[MlflowServer]:
                     f"mlflow server not up in {STARTUP_TIMEOUT_S:.0f}s: {(root / 'server.log').read_text()}"
                 )
             time.sleep(1.0)
-        yield MlflowServer(uri=uri, root=root)
+    except BaseException:
+        stop()
+        raise
+    return MlflowServer(uri=uri, root=root), stop
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    """A real MLflow tracking server (``mlflow server``, SQLite backend) shared by the tracking tests."""
+    server, stop = start(tmp_path_factory.mktemp("mlflow"))
+    session_beds.register("MLflow server", stop)
+    try:
+        yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+        session_beds.unregister("MLflow server")
+        stop()

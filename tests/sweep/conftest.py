@@ -19,8 +19,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests import mlflow_server as mlflow_server_module
-
 RAY_ENV = {
     "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5",
     "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
@@ -48,10 +46,3 @@ def sweep_ray() -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-
-
-@pytest.fixture(scope="session")
-def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[mlflow_server_module.MlflowServer]:
-    """A real MLflow tracking server (``mlflow server``, SQLite backend) for the sweep's tracking test."""
-    with mlflow_server_module.running(tmp_path_factory.mktemp("mlflow")) as server:
-        yield server

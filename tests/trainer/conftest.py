@@ -19,7 +19,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests import mlflow_server as mlflow_server_module
 from tests import session_beds
 from tests.objectstore.server import S3Server
 from trainop.api import trainer_config
@@ -57,10 +56,3 @@ def ray_cluster(s3_server: S3Server) -> Iterator[str]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-
-
-@pytest.fixture(scope="session")
-def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[mlflow_server_module.MlflowServer]:
-    """A real MLflow tracking server (``mlflow server``, SQLite backend) shared by the tracking tests."""
-    with mlflow_server_module.running(tmp_path_factory.mktemp("mlflow")) as server:
-        yield server
