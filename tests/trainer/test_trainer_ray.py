@@ -92,12 +92,17 @@ def test_a_killed_worker_is_restarted_by_ray_train_and_training_ends_bitwise_equ
     strategy, reference = uninterrupted
     config = exact_config(tmp_path, strategy)
     controllers = trainer_support.train_controllers()
+    actors = {name: trainer_support.actors_started(name) for name in ("TrainController", "DatasetManager")}
     # Rank 1 dies (os._exit) at step 25, five steps after checkpoint 20: those steps are trained twice.
     result = ray_train.run(config, inject_failure_at_step=25)
 
     assert (result.outcome, result.step) == ("completed", 60), result
     # trainop's failure policy restarted the worker group inside Ray Train's controller: one controller.
     assert trainer_support.train_controllers() - controllers == 1
+    # The GCS's actor table agrees, and neither worker group started Ray Data's DatasetManager (a process
+    # per group that Ray Train's own TorchTrainer starts even without datasets; lean_trainer.py).
+    started = {name: trainer_support.actors_started(name) - before for name, before in actors.items()}
+    assert started == {"TrainController": 1, "DatasetManager": 0}, started
     assert_restarted_once_as_unknown(config)
     assert bitwise_equal(trainer_support.final_model(config, 60), reference)
 

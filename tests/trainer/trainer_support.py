@@ -196,6 +196,14 @@ def train_controllers() -> int:
     return len(train_controller_logs())
 
 
+def actors_started(class_name: str) -> int:
+    """How many actors of ``class_name`` the connected Ray runtime has started so far, alive or dead (the
+    GCS's actor table)."""
+    import ray._private.state
+
+    return sum(1 for actor in ray._private.state.actors().values() if actor["ActorClassName"] == class_name)
+
+
 def controller_messages(before: set[pathlib.Path]) -> list[str]:
     """The messages of the controllers started since ``before`` (``train_controller_logs()``), in order."""
     messages: list[str] = []

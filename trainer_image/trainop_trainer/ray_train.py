@@ -311,7 +311,8 @@ def torch_trainer(
     a sweep's trials (which add their report callback). With ``failure_policy`` (a callable of Ray's
     ``FailureConfig``), its controller decides restarts with that policy (``restart_policy``)."""
     from ray.train import FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
+
+    from trainop_trainer.lean_trainer import LeanTorchTrainer
 
     spec = config.spec
     scaling = config_module.scaling_for(spec)
@@ -335,7 +336,7 @@ def torch_trainer(
     root = config_module.paths_for(config).run_dir.parent
     if isinstance(root, storage.StoragePath):
         where = {"storage_path": root.path, "storage_filesystem": root.fs}
-    trainer_class: Any = TorchTrainer
+    trainer_class: Any = LeanTorchTrainer
     policy_kwargs: dict[str, Any] = {}
     if failure_policy is not None:
         from trainop_trainer import restart_policy

@@ -49,6 +49,7 @@ from ray.train.v2.api.exceptions import TrainingFailedError, WorkerGroupError
 from trainop.api import trainer_config
 from trainop_trainer import config as config_module
 from trainop_trainer import failures, switches
+from trainop_trainer.lean_trainer import LeanTorchTrainer
 
 log = logging.getLogger(__name__)
 # In the controller actor only Ray Train's logger has handlers (its controller logs and the console): the
@@ -375,9 +376,9 @@ def prestart_workers(per_node: Mapping[str, int], *, runtime_env: str) -> int:
     return asked
 
 
-class PolicyTorchTrainer(TorchTrainer):
-    """A ``TorchTrainer`` whose controller decides restarts with the policy ``failure_policy`` builds,
-    (unless ``switches`` say ``failed_group=graceful``) stops a failed group with
+class PolicyTorchTrainer(LeanTorchTrainer):
+    """A ``TorchTrainer`` (:class:`LeanTorchTrainer`) whose controller decides restarts with the policy
+    ``failure_policy`` builds, (unless ``switches`` say ``failed_group=graceful``) stops a failed group with
     :class:`FailedGroupStopper`, and with ``warm_spares`` (a TrainingJob's own Ray cluster, in-attempt
     restarts allowed) keeps :class:`WarmSpares`."""
 
