@@ -18,10 +18,11 @@ from typing import Any
 
 from ray.train.torch import TorchTrainer
 
+_DatasetsCallback: type | None
 try:
-    from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
+    from ray.train.v2._internal.callbacks.datasets import DatasetsCallback as _DatasetsCallback
 except ImportError:  # another Ray Train: nothing to leave out
-    DatasetsCallback = None
+    _DatasetsCallback = None
 
 _HOOK = "_create_default_callbacks"
 
@@ -31,11 +32,11 @@ class LeanTorchTrainer(TorchTrainer):
 
     def _create_default_callbacks(self) -> list[Any]:
         callbacks: list[Any] = super()._create_default_callbacks()  # type: ignore[misc]
-        if DatasetsCallback is None or getattr(self, "datasets", None):
+        if _DatasetsCallback is None or getattr(self, "datasets", None):
             return callbacks
-        return [callback for callback in callbacks if not isinstance(callback, DatasetsCallback)]
+        return [callback for callback in callbacks if not isinstance(callback, _DatasetsCallback)]
 
 
 def lean() -> bool:
     """Whether this Ray Train has the hook and the callback that :class:`LeanTorchTrainer` relies on."""
-    return DatasetsCallback is not None and callable(getattr(TorchTrainer, _HOOK, None))
+    return _DatasetsCallback is not None and callable(getattr(TorchTrainer, _HOOK, None))
