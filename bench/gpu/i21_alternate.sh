@@ -8,7 +8,8 @@
 # (throttle) reasons every 0.5 s into clocks.csv; each run's start and end go to runs.txt. One device call:
 #   run(command="bash bench/gpu/i21_alternate.sh", kind="nvidia-h100-x4", carry=[".whl"], timeout_s=570)
 #   run(command="RUNS='bare trainer:gc=synced trainer bare trainer:gc=synced trainer' bash bench/gpu/i21_alternate.sh", ...)
-# A RUNS entry is `bare`, `trainer` or `trainer:SWITCHES` (TRAINOP_SWITCHES for that run, e.g. gc=synced).
+# A RUNS entry is `bare`, `trainer` or `trainer:SWITCHES` (TRAINOP_SWITCHES for that run, e.g. gc=synced), or
+# `launch`: the same Trainer under torchrun (`trainop_trainer.launch`, no Ray), beside the trainer through Ray.
 # A `ladder:RUNG+RUNG...` entry runs bench/gpu/ladder.py on GPUS GPUs (compiled unless WORKLOAD is eager): the
 # trainer's parts added to bare DDP one at a time, in one process group, without Ray.
 # SPY=1: while each bare or trainer run trains (GPU 0 busy for 3 s), every training process's threads are
@@ -107,6 +108,7 @@ for run in ${RUNS:-bare trainer bare trainer bare trainer}; do
   case $run in
     bare) one "$n-bare" "bare$GPUS" || break ;;
     trainer) one "$n-trainer" "ray$GPUS-$WORKLOAD" || break ;;
+    launch) one "$n-launch" "launch$GPUS-$WORKLOAD" || break ;;
     ladder:*) ladder "$n-ladder" "${run#ladder:}" || break ;;
     trainer:*) one "$n-trainer-$(echo "${run#trainer:}" | tr '=,' '-_')" "ray$GPUS-$WORKLOAD" "${run#trainer:}" || break ;;
     *) echo "== unknown run $run" ;;
