@@ -10,6 +10,10 @@
 #   run(command="RUNS='bare trainer:gc=synced trainer bare trainer:gc=synced trainer' bash bench/gpu/i21_alternate.sh", ...)
 # A RUNS entry is `bare`, `trainer` or `trainer:SWITCHES` (TRAINOP_SWITCHES for that run, e.g. gc=synced), or
 # `launch`: the same Trainer under torchrun (`trainop_trainer.launch`, no Ray), beside the trainer through Ray.
+# `trainer@VAR=VALUE+VAR=VALUE...`: the trainer through Ray with these variables in the driver's environment.
+# The bench's local Ray (its raylet, dashboard agent and workers) is started by the driver and inherits them, so
+# this switches Ray's own periodic work per run, e.g. REPORTER_UPDATE_INTERVAL_MS (the dashboard agent's node
+# and GPU stats, every 5 s), RAY_memory_monitor_refresh_ms, RAY_TRAIN_HEALTH_CHECK_INTERVAL_S, OMP_NUM_THREADS.
 # A `ladder:RUNG+RUNG...` entry runs bench/gpu/ladder.py on GPUS GPUs (compiled unless WORKLOAD is eager): the
 # trainer's parts added to bare DDP one at a time, in one process group, without Ray.
 # SPY=1: while each bare or trainer run trains (GPU 0 busy for 3 s), every training process's threads are
@@ -83,8 +87,10 @@ for line in sys.stdin:
               f\"lead p10 {l.get('p10')} p50 {l.get('p50')} min {l.get('min')} ms, \"
               f\"{h.get('steps_lead_under_1ms')} steps under 1 ms\")"
 }
-one() {  # NAME PHASE [SWITCHES]
-  local name=$1 phase=$2 switches=${3:-}
+one() {  # NAME PHASE [SWITCHES [VAR=VALUE+VAR=VALUE...]]
+  local name=$1 phase=$2 switches=${3:-} envs=()
+  [ -n "${4:-}" ] && IFS=+ read -r -a envs <<< "$4"
+  [ -n "${4:-}" ] && echo "$name env: ${envs[*]}" >> "$O/env.txt"
   if (( $(left "$BUDGET") < 75 )); then echo "== $name skipped: $(left "$BUDGET") s left"; return 1; fi
   echo "$name start $(date +%FT%T.%3N)" >> "$O/runs.txt"
   local spier=
@@ -94,12 +100,12 @@ one() {  # NAME PHASE [SWITCHES]
   fi
   local trace=(--diagnose-gpus 0)
   [ "${TRACE:-0}" = 1 ] && trace=(--diagnose-gpus "$GPUS" --trace-workload "$WORKLOAD" --trace-steps 10)
-  TRAINOP_SWITCHES=$switches OUT=$O/$name DEADLINE_S=$(( $(left "$BUDGET") - 5 )) bash bench/gpu/run_all.sh \
+  env "${envs[@]}" TRAINOP_SWITCHES=$switches OUT=$O/$name DEADLINE_S=$(( $(left "$BUDGET") - 5 )) bash bench/gpu/run_all.sh \
     --gpus "$GPUS" --workloads "$WORKLOAD" --only "$phase" "${trace[@]}" --recovery-gpus 0 --ab-variants '' \
     --steps "$STEPS" > "$O/$name.txt" 2>&1
   echo "$name end $(date +%FT%T.%3N)" >> "$O/runs.txt"
   [ -n "$spier" ] && kill "$spier" 2>/dev/null
-  echo "== $name ($switches) done at $(( $(date +%s) - t0 )) s: $(grep -E '^RESULT ' "$O/$name.txt" \
+  echo "== $name ($switches${4:+; $4}) done at $(( $(date +%s) - t0 )) s: $(grep -E '^RESULT ' "$O/$name.txt" \
     | grep -oE '"impl": "[a-z]+"|"samples_per_second": [0-9.]+|"window_rates": \[[^]]*\]' | paste -sd' ')"
 }
 n=0
@@ -110,6 +116,7 @@ for run in ${RUNS:-bare trainer bare trainer bare trainer}; do
     trainer) one "$n-trainer" "ray$GPUS-$WORKLOAD" || break ;;
     launch) one "$n-launch" "launch$GPUS-$WORKLOAD" || break ;;
     ladder:*) ladder "$n-ladder" "${run#ladder:}" || break ;;
+    trainer@*) one "$n-trainer-env" "ray$GPUS-$WORKLOAD" "" "${run#trainer@}" || break ;;
     trainer:*) one "$n-trainer-$(echo "${run#trainer:}" | tr '=,' '-_')" "ray$GPUS-$WORKLOAD" "${run#trainer:}" || break ;;
     *) echo "== unknown run $run" ;;
   esac

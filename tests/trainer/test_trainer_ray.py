@@ -93,6 +93,7 @@ def test_a_killed_worker_is_restarted_by_ray_train_and_training_ends_bitwise_equ
     config = exact_config(tmp_path, strategy)
     controllers = trainer_support.train_controllers()
     actors = {name: trainer_support.actors_started(name) for name in ("TrainController", "DatasetManager")}
+    logs = trainer_support.train_controller_logs()
     # Rank 1 dies (os._exit) at step 25, five steps after checkpoint 20: those steps are trained twice.
     result = ray_train.run(config, inject_failure_at_step=25)
 
@@ -103,6 +104,11 @@ def test_a_killed_worker_is_restarted_by_ray_train_and_training_ends_bitwise_equ
     # per group that Ray Train's own TorchTrainer starts even without datasets; lean_trainer.py).
     started = {name: trainer_support.actors_started(name) - before for name, before in actors.items()}
     assert started == {"TrainController": 1, "DatasetManager": 0}, started
+    # Nor did its controller register resource requests with Ray Data's AutoscalingCoordinator (an actor
+    # only a Ray autoscaler reads; lean_trainer.FixedSize): Ray's policy logs "Requesting resources" first.
+    messages = trainer_support.controller_messages(logs)
+    assert any("worker group" in message.lower() for message in messages), messages
+    assert not [message for message in messages if "Requesting resources" in message], messages
     assert_restarted_once_as_unknown(config)
     assert bitwise_equal(trainer_support.final_model(config, 60), reference)
 

@@ -402,4 +402,4 @@ class PolicyTorchTrainer(LeanTorchTrainer):
             controller_init_kwargs["callbacks"] = [FailedGroupStopper(), *controller_init_kwargs["callbacks"]]
         if self._trainop_warm_spares:
             controller_init_kwargs["callbacks"] = [*controller_init_kwargs["callbacks"], WarmSpares()]
-        return super()._initialize_and_run_controller(**controller_init_kwargs)  # type: ignore[misc]
+        return super()._initialize_and_run_controller(**controller_init_kwargs)
