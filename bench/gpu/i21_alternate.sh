@@ -18,7 +18,8 @@
 # trainer's parts added to bare DDP one at a time, in one process group, without Ray.
 # SPY=1: while each bare or trainer run trains (GPU 0 busy for 3 s), every training process's threads are
 # sampled: `top -H` (CPU per thread), its allowed CPUs, and py-spy (carried in .whl/) for 5 s, every thread
-# and then only the GIL's holder, non-blocking; into the run's directory.
+# and then only the GIL's holder, non-blocking; into the run's directory. SPY_DELAY_S waits that long after the
+# GPU got busy, SPY_S samples that long (default 5).
 # GPUS=2 on a 2-GPU machine; WORKLOAD=resnet50 for the eager pair; BUDGET_S (default 540).
 # TRACE=1: every bare and trainer run also profiles 10 steps after its timed ones (torch.profiler; the trainer's
 # TRAINOP_TRACE_STEPS window), and at the end trace_summary.py compares the first bare run's rank-0 trace with
@@ -53,17 +54,18 @@ spy() {  # DIR PATTERN: sample the threads of the processes matching PATTERN onc
     tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qE 'torch.distributed.run|suite.py|run_all.sh' || pids+=("$pid")
   done
   pids=("${pids[@]:0:4}")
+  sleep "${SPY_DELAY_S:-0}"
   echo "spy at $(date +%FT%T.%3N) after $tries samples: pids ${pids[*]}" > "$dir/spy.txt"
   for pid in "${pids[@]}"; do
     { echo "== $pid: $(tr '\0' ' ' < /proc/$pid/cmdline | cut -c1-200)"; grep -E 'Cpus_allowed_list|Threads' /proc/$pid/status
       taskset -pc "$pid" 2>&1; } >> "$dir/spy.txt"
     (top -H -b -d 2 -n 2 -p "$pid" > "$dir/top-$pid.txt" 2>&1 &)
-    (py-spy record --pid "$pid" --duration 5 --rate 100 --nonblocking --threads --idle --format raw \
+    (py-spy record --pid "$pid" --duration "${SPY_S:-5}" --rate 100 --nonblocking --threads --idle --format raw \
       --output "$dir/spy-all-$pid.txt" > "$dir/spy-all-$pid.log" 2>&1 &)
-    (py-spy record --pid "$pid" --duration 5 --rate 100 --nonblocking --threads --gil --format raw \
+    (py-spy record --pid "$pid" --duration "${SPY_S:-5}" --rate 100 --nonblocking --threads --gil --format raw \
       --output "$dir/spy-gil-$pid.txt" > "$dir/spy-gil-$pid.log" 2>&1 &)
   done
-  sleep 7
+  sleep $(( ${SPY_S:-5} + 2 ))
   for pid in "${pids[@]}"; do py-spy dump --pid "$pid" > "$dir/dump-$pid.txt" 2>&1; done
 }
 ladder() {  # NAME RUNGS(+-joined)
@@ -95,7 +97,7 @@ one() {  # NAME PHASE [SWITCHES [VAR=VALUE+VAR=VALUE...]]
   echo "$name start $(date +%FT%T.%3N)" >> "$O/runs.txt"
   local spier=
   if [ "${SPY:-0}" = 1 ]; then
-    case $phase in bare*) spy "$O/$name-spy" 'bare_ddp.py' & ;; *) spy "$O/$name-spy" '^ray::RayTrainWorker' & ;; esac
+    case $phase in bare*) spy "$O/$name-spy" 'bare_ddp.py' & ;; launch*) spy "$O/$name-spy" 'trainop_trainer.launch' & ;; *) spy "$O/$name-spy" '^ray::RayTrainWorker' & ;; esac
     spier=$!
   fi
   local trace=(--diagnose-gpus 0)
