@@ -16,10 +16,10 @@
 # and GPU stats, every 5 s), RAY_memory_monitor_refresh_ms, RAY_TRAIN_HEALTH_CHECK_INTERVAL_S, OMP_NUM_THREADS.
 # A `ladder:RUNG+RUNG...` entry runs bench/gpu/ladder.py on GPUS GPUs (compiled unless WORKLOAD is eager): the
 # trainer's parts added to bare DDP one at a time, in one process group, without Ray.
-# SPY=1: while each bare or trainer run trains (GPU 0 busy for 3 s), every training process's threads are
-# sampled: `top -H` (CPU per thread), its allowed CPUs, and py-spy (carried in .whl/) for 5 s, every thread
-# and then only the GIL's holder, non-blocking; into the run's directory. SPY_DELAY_S waits that long after the
-# GPU got busy, SPY_S samples that long (default 5).
+# SPY=1: while each bare, launch or trainer run trains (GPU 0 busy for 3 s, then SPY_DELAY_S more, default 0),
+# every training process's threads are sampled: `top -H` (CPU per thread), its allowed CPUs, and py-spy
+# (carried in .whl/) for SPY_S seconds (default 5), every thread and then only the GIL's holder, non-blocking;
+# into the run's directory.
 # GPUS=2 on a 2-GPU machine; WORKLOAD=resnet50 for the eager pair; BUDGET_S (default 540).
 # TRACE=1: every bare and trainer run also profiles 10 steps after its timed ones (torch.profiler; the trainer's
 # TRAINOP_TRACE_STEPS window), and at the end trace_summary.py compares the first bare run's rank-0 trace with
@@ -91,8 +91,10 @@ for line in sys.stdin:
 }
 one() {  # NAME PHASE [SWITCHES [VAR=VALUE+VAR=VALUE...]]
   local name=$1 phase=$2 switches=${3:-} envs=()
-  [ -n "${4:-}" ] && IFS=+ read -r -a envs <<< "$4"
-  [ -n "${4:-}" ] && echo "$name env: ${envs[*]}" >> "$O/env.txt"
+  if [ -n "${4:-}" ]; then
+    IFS=+ read -r -a envs <<< "$4"
+    echo "$name env: ${envs[*]}" >> "$O/env.txt"
+  fi
   if (( $(left "$BUDGET") < 75 )); then echo "== $name skipped: $(left "$BUDGET") s left"; return 1; fi
   echo "$name start $(date +%FT%T.%3N)" >> "$O/runs.txt"
   local spier=

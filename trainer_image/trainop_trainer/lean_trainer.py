@@ -51,19 +51,12 @@ def _fixed_size_policy(base: type) -> type:
         """Ray's fixed-size scaling policy (same decisions), without registering resource requests with
         the ``AutoscalingCoordinator`` actor: no Ray autoscaler reads them (see the module's docstring)."""
 
+        # Ray's creates the coordinator's client (and the actor) here; without a client its shutdown and
+        # abort hooks cancel nothing.
         def after_controller_start(self, train_run_context: Any) -> None:
             del train_run_context
 
-        async def before_controller_shutdown(self) -> None:
-            return None
-
-        def before_controller_abort(self) -> None:
-            return None
-
         def _maybe_send_resource_request(self) -> None:
-            return None
-
-        def _send_resource_request(self) -> None:
             return None
 
     return FixedSize
@@ -89,7 +82,7 @@ class LeanTorchTrainer(TorchTrainer):
 def fixed_size(policy: Any) -> Any:
     """:class:`FixedSize` in place of Ray's fixed-size policy (same scaling config); any other as it is."""
     kind: Any = type(policy)
-    if FixedSize is None or _FixedScalingPolicy is None or kind is not _FixedScalingPolicy:
+    if FixedSize is None or kind is not _FixedScalingPolicy:
         return policy
     return FixedSize(policy.scaling_config)
 
