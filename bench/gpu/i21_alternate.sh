@@ -14,6 +14,8 @@
 # The bench's local Ray (its raylet, dashboard agent and workers) is started by the driver and inherits them, so
 # this switches Ray's own periodic work per run, e.g. REPORTER_UPDATE_INTERVAL_MS (the dashboard agent's node
 # and GPU stats, every 5 s), RAY_memory_monitor_refresh_ms, RAY_TRAIN_HEALTH_CHECK_INTERVAL_S, OMP_NUM_THREADS.
+# `launch:SWITCHES` and `launch@VAR=VALUE+...`: the same for the Trainer under torchrun (its processes inherit
+# the variables), e.g. `launch@OMP_NUM_THREADS=1` or `launch:control_every=8`.
 # A `ladder:RUNG+RUNG...` entry runs bench/gpu/ladder.py on GPUS GPUs (compiled unless WORKLOAD is eager): the
 # trainer's parts added to bare DDP one at a time, in one process group, without Ray.
 # SPY=1: while each bare, launch or trainer run trains (GPU 0 busy for 3 s, then SPY_DELAY_S more, default 0),
@@ -21,6 +23,11 @@
 # (carried in .whl/) for SPY_S seconds (default 5), every thread and then only the GIL's holder, non-blocking;
 # into the run's directory.
 # GPUS=2 on a 2-GPU machine; WORKLOAD=resnet50 for the eager pair; BUDGET_S (default 540).
+# TIMELINE=1: every launch and trainer run writes the Trainer's step timeline of its timed steps on every rank
+# (TRAINOP_TIMELINE_STEPS=20:STEPS into the run's timeline/ directory: per step the host's time and its parts,
+# garbage collection, the training thread's CPU time and context switches, the device's time and the host's
+# lead over it), and at the end bench/gpu/timeline_summary.py says, per run, which rank's host was behind in
+# each sag and what grew (timeline-<run>.md).
 # TRACE=1: every bare and trainer run also profiles 10 steps after its timed ones (torch.profiler; the trainer's
 # TRAINOP_TRACE_STEPS window), and at the end trace_summary.py compares the first bare run's rank-0 trace with
 # each trainer run's (trace-<run>.md: the step period split into training-stream time, exposed NCCL, other
@@ -102,6 +109,9 @@ one() {  # NAME PHASE [SWITCHES [VAR=VALUE+VAR=VALUE...]]
     case $phase in bare*) spy "$O/$name-spy" 'bare_ddp.py' & ;; launch*) spy "$O/$name-spy" 'trainop_trainer.launch' & ;; *) spy "$O/$name-spy" '^ray::RayTrainWorker' & ;; esac
     spier=$!
   fi
+  if [ "${TIMELINE:-0}" = 1 ] && [[ $phase != bare* ]]; then
+    envs+=("TRAINOP_TIMELINE_STEPS=20:$STEPS" "TRAINOP_TIMELINE_DIR=$O/$name/timeline")
+  fi
   local trace=(--diagnose-gpus 0)
   [ "${TRACE:-0}" = 1 ] && trace=(--diagnose-gpus "$GPUS" --trace-workload "$WORKLOAD" --trace-steps 10)
   env "${envs[@]}" TRAINOP_SWITCHES=$switches OUT=$O/$name DEADLINE_S=$(( $(left "$BUDGET") - 5 )) bash bench/gpu/run_all.sh \
@@ -119,6 +129,8 @@ for run in ${RUNS:-bare trainer bare trainer bare trainer}; do
     bare) one "$n-bare" "bare$GPUS" || break ;;
     trainer) one "$n-trainer" "ray$GPUS-$WORKLOAD" || break ;;
     launch) one "$n-launch" "launch$GPUS-$WORKLOAD" || break ;;
+    launch@*) one "$n-launch-env" "launch$GPUS-$WORKLOAD" "" "${run#launch@}" || break ;;
+    launch:*) one "$n-launch-$(echo "${run#launch:}" | tr '=,' '-_')" "launch$GPUS-$WORKLOAD" "${run#launch:}" || break ;;
     ladder:*) ladder "$n-ladder" "${run#ladder:}" || break ;;
     trainer@*) one "$n-trainer-env" "ray$GPUS-$WORKLOAD" "" "${run#trainer@}" || break ;;
     trainer:*) one "$n-trainer-$(echo "${run#trainer:}" | tr '=,' '-_')" "ray$GPUS-$WORKLOAD" "${run#trainer:}" || break ;;
@@ -138,6 +150,13 @@ if [ "${TRACE:-0}" = 1 ]; then  # rank 0's traces (traces.tar.gz of each run): t
     fi
   done
 fi
+for d in "$O"/[0-9]*-*/timeline; do  # TIMELINE=1: what grew in each run's slow steps
+  [ -d "$d" ] || continue
+  run=$(basename "$(dirname "$d")")
+  python3 bench/gpu/timeline_summary.py "$d" --json "$O/timeline-$run.json" > "$O/timeline-$run.md" 2>&1 \
+    || echo "== timeline summary of $run failed"
+  echo "== timeline: $run"; head -40 "$O/timeline-$run.md"
+done
 echo "== total $(( $(date +%s) - t0 )) s"
 # Mean SM clock and power per GPU while each run was timed is for the reader (docs/benchmarks-gpu.md); here
 # only a line per run: the mean SM clock over all GPUs between the run's start and end.

@@ -20,7 +20,7 @@ import torch
 import trainer_support
 
 from trainop.api import trainer_config
-from trainop_trainer import bench_hooks, logs, switches, trainer, workloads
+from trainop_trainer import bench_hooks, distributed, logs, switches, trainer, workloads
 
 
 def run_launch(config_path: pathlib.Path, **env: str) -> str:
@@ -82,6 +82,77 @@ def test_a_trace_window_records_the_asked_steps_and_the_loops_sections_on_every_
         "batch_memory=slots,bucket_view=on,control_every=1,failed_group=kill,gc=auto,input=fused,"
         "niceness=training,prefetch=eager,report_sync=lagged,restarts=controller"
     )
+
+
+def test_a_step_timeline_writes_one_row_per_step_with_the_loops_parts_on_every_rank(
+    tmp_path: pathlib.Path,
+) -> None:
+    _, path = tiny_resnet(tmp_path, "timeline", max_steps=10)
+    directory = tmp_path / "timeline"
+    out = run_launch(path, TRAINOP_TIMELINE_STEPS="3:5", TRAINOP_TIMELINE_DIR=str(directory))
+
+    assert "step timeline of 5 steps written to" in out
+    head, *rows = (json.loads(line) for line in (directory / "rank0.timeline.jsonl").read_text().splitlines())
+    assert head["rank"] == 0 and head["world_size"] == 1 and head["start"] == 3 and head["steps"] == 5
+    assert head["facts"]["torch_threads"] >= 1
+    assert [row["step"] for row in rows] == [4, 5, 6, 7, 8]
+    for row in rows:
+        parts = row["sections_ms"]
+        assert {"data", "forward_backward", "optimizer", "metrics", "control"} <= parts.keys()
+        # The parts are inside the step: the host's time for the step holds them all.
+        assert 0 < sum(parts.values()) <= row["host_ms"]
+        assert row["thread_cpu_ms"] > 0 and row["process_cpu_ms"] >= 0
+        assert row["voluntary_switches"] >= 0 and row["involuntary_switches"] >= 0
+        assert row["gc_ms"] >= 0 and row["gc_count"] >= 0
+        assert "device_ms" not in row and "lead_ms" not in row  # a CPU run has no device clock
+    walls = [row["wall"] for row in rows]
+    assert walls == sorted(walls)
+    # Reports every 5 steps: step 5's report is timed in its row, and no other row has one.
+    assert [row["step"] for row in rows if "report" in row["sections_ms"]] == [5]
+
+
+def test_a_timeline_cut_short_by_the_end_of_training_writes_the_steps_it_has(tmp_path: pathlib.Path) -> None:
+    ctx = distributed.WorkerContext(
+        rank=3,
+        world_size=4,
+        local_rank=3,
+        local_world_size=4,
+        node_rank=0,
+        device=torch.device("cpu"),
+        backend="gloo",
+    )
+    timeline = bench_hooks.Timeline(ctx=ctx, start=2, count=10, directory=tmp_path)
+    for step in range(1, 6):
+        with bench_hooks.section("data"):
+            gc.collect()
+        timeline.after_step(step)
+    assert bench_hooks._timeline is timeline
+    timeline.close()
+    timeline.close()  # once only
+    assert bench_hooks._timeline is None
+    assert bench_hooks.section("data") is bench_hooks._NO_SECTION
+    head, *rows = (json.loads(line) for line in (tmp_path / "rank3.timeline.jsonl").read_text().splitlines())
+    assert head["steps"] == 3 and [row["step"] for row in rows] == [3, 4, 5]
+    # Step 2 started the window: its own collection is not counted; each later step's is, in its row.
+    assert all(row["gc_count"] >= 1 and row["gc_ms"] > 0 for row in rows)
+    assert all(row["sections_ms"]["data"] >= row["gc_ms"] for row in rows)
+
+
+def test_a_timeline_that_never_started_writes_nothing(tmp_path: pathlib.Path) -> None:
+    ctx = distributed.WorkerContext(
+        rank=0,
+        world_size=1,
+        local_rank=0,
+        local_world_size=1,
+        node_rank=0,
+        device=torch.device("cpu"),
+        backend="gloo",
+    )
+    timeline = bench_hooks.Timeline(ctx=ctx, start=50, count=10, directory=tmp_path / "t")
+    for step in range(1, 6):
+        timeline.after_step(step)
+    timeline.close()
+    assert not (tmp_path / "t").exists()
 
 
 def test_ab_blocks_switch_at_the_asked_steps_log_each_block_and_compute_the_same_model(

@@ -18,6 +18,15 @@
   runs with ``torch.cuda.set_sync_debug_mode("warn")`` and logs the Python stack of each distinct operation
   that made the host wait for the GPU (``sync point on rank R at step N``), so that a per-step or per-report
   synchronisation names its caller.
+- **a step timeline**: ``TRAINOP_TIMELINE_STEPS=START:COUNT`` and ``TRAINOP_TIMELINE_DIR=DIR``. After step
+  START (one device synchronisation there) every rank writes one line per step for the next COUNT steps to
+  ``DIR/rank<r>.timeline.jsonl``: the wall clock, the host's time for the step and for each marked part of
+  the loop (``section``), Python's garbage-collection pauses, the training thread's CPU time and context
+  switches (voluntary and involuntary), the process's CPU time, and on GPUs the device's time for the step
+  and the host's lead over the device (how long after the host finished queuing the step the device
+  finished it: near 0 means the device waited for this rank's host). No profiler runs, so a sag over
+  hundreds of steps can be read step by step and rank by rank; ``bench/gpu/timeline_summary.py`` finds the
+  slow steps and what grew in them.
 
 It must not change what a step computes (variants choose between equal computations; the one exception is
 the ``prefetch=repeat`` diagnostic, which says so in ``switches``) nor decide what the step schedule decides.
@@ -34,6 +43,7 @@ import json
 import logging
 import os
 import pathlib
+import resource
 import shutil
 import time
 import traceback
@@ -51,18 +61,24 @@ TRACE_STEPS_ENV = config_module.TRACE_STEPS_ENV
 TRACE_DIR_ENV = config_module.TRACE_DIR_ENV
 AB_BLOCKS_ENV = config_module.AB_BLOCKS_ENV
 SYNC_DEBUG_STEPS_ENV = config_module.SYNC_DEBUG_STEPS_ENV
+TIMELINE_STEPS_ENV = config_module.TIMELINE_STEPS_ENV
+TIMELINE_DIR_ENV = config_module.TIMELINE_DIR_ENV
 # Variables that shape a training process's speed, written next to each trace.
 _FACT_PREFIXES = ("NCCL_", "TORCH_NCCL_", "OMP_", "MKL_", "CUDA_", "PYTORCH_", "TORCHINDUCTOR_", "RAY_TRAIN_")
 
 _recording = False
+_timeline: Timeline | None = None  # while a step timeline records
 _NO_SECTION = contextlib.nullcontext()
 
 
 def section(name: str) -> contextlib.AbstractContextManager[Any]:
-    """``trainop.<name>`` in the trace while a window records; a no-op otherwise."""
-    if not _recording:
-        return _NO_SECTION
-    return torch.profiler.record_function("trainop." + name)
+    """``trainop.<name>`` in the trace while a window records; its time in the step timeline while that
+    records; a no-op otherwise."""
+    if _recording:
+        return torch.profiler.record_function("trainop." + name)
+    if _timeline is not None:
+        return _timeline.timer(name)
+    return _NO_SECTION
 
 
 def process_facts(device: torch.device) -> dict[str, Any]:
@@ -138,6 +154,150 @@ class GcTimer:
             f"gc {self.count} collections (gen0/1/2 {'/'.join(map(str, self.by_generation))}), "
             f"{1e3 * self.total_s:.1f} ms, longest {1e3 * self.longest_s:.1f} ms"
         )
+
+
+class _SectionClock:
+    """One part of the loop while a timeline records: its time is added to the step's total for its name.
+    One object per name, reused every step (the loop's parts do not nest)."""
+
+    __slots__ = ("_name", "_started", "_totals")
+
+    def __init__(self, name: str, totals: dict[str, float]) -> None:
+        self._name = name
+        self._totals = totals
+        self._started = 0.0
+
+    def __enter__(self) -> None:
+        self._started = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self._totals[self._name] = self._totals.get(self._name, 0.0) + time.perf_counter() - self._started
+
+
+def _thread_usage() -> tuple[float, int, int]:
+    """The calling thread's CPU seconds and its voluntary and involuntary context switches."""
+    usage = resource.getrusage(getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF))
+    return usage.ru_utime + usage.ru_stime, usage.ru_nvcsw, usage.ru_nivcsw
+
+
+class Timeline:
+    """The step timeline of one rank (``TRAINOP_TIMELINE_STEPS``): one row per step, kept in memory (COUNT
+    rows) and written when the window ends or training does."""
+
+    def __init__(
+        self, *, ctx: distributed.WorkerContext, start: int, count: int, directory: pathlib.Path
+    ) -> None:
+        self._ctx = ctx
+        self._start = start
+        self._count = count
+        self._dir = directory
+        self._cuda = ctx.device.type == "cuda"
+        self._totals: dict[str, float] = {}
+        self._clocks: dict[str, _SectionClock] = {}
+        self._gc = GcTimer()
+        self._rows: list[dict[str, Any]] = []
+        self._events: list[Any] = []  # on GPUs: one per mark, on the training stream
+        self._host_marks: list[float] = []
+        self._last: tuple[float, float, float, int, int] | None = None  # host, process CPU, thread usage
+        self.done = False
+
+    def timer(self, name: str) -> _SectionClock:
+        clock = self._clocks.get(name)
+        if clock is None:
+            clock = self._clocks[name] = _SectionClock(name, self._totals)
+        return clock
+
+    def _event(self) -> Any:
+        if not self._cuda:
+            return None
+        event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        event.record(torch.cuda.current_stream(self._ctx.device))
+        return event
+
+    def _mark(self, now: float) -> None:
+        self._events.append(self._event())
+        self._host_marks.append(now)
+        cpu, voluntary, involuntary = _thread_usage()
+        self._last = (now, time.process_time(), cpu, voluntary, involuntary)
+        self._totals.clear()
+        self._gc.reset()
+
+    def after_step(self, step: int) -> None:
+        global _timeline
+        if self.done:
+            return
+        if self._last is None:
+            if step != self._start:
+                return
+            if self._cuda:
+                torch.cuda.synchronize(self._ctx.device)  # the lead is measured from an empty queue
+            self._gc.install()
+            self._mark(time.perf_counter())
+            _timeline = self
+            return
+        host, process_cpu, thread_cpu, voluntary, involuntary = self._last
+        now = time.perf_counter()
+        cpu, voluntary_now, involuntary_now = _thread_usage()
+        self._rows.append(
+            {
+                "step": step,
+                "wall": time.time(),
+                "host_ms": round(1e3 * (now - host), 4),
+                "sections_ms": {k: round(1e3 * v, 4) for k, v in self._totals.items()},
+                "gc_ms": round(1e3 * self._gc.total_s, 4),
+                "gc_count": self._gc.count,
+                "thread_cpu_ms": round(1e3 * (cpu - thread_cpu), 4),
+                "process_cpu_ms": round(1e3 * (time.process_time() - process_cpu), 4),
+                "voluntary_switches": voluntary_now - voluntary,
+                "involuntary_switches": involuntary_now - involuntary,
+            }
+        )
+        self._mark(now)
+        if step >= self._start + self._count:
+            self.close()
+
+    def close(self) -> None:
+        """Stop recording; the rows so far are written (a benchmark's timeline never ends a run)."""
+        global _timeline
+        if self.done:
+            return
+        self.done = True
+        if _timeline is self:
+            _timeline = None
+        self._gc.remove()
+        if self._last is None:
+            return
+        try:
+            self._write()
+        except Exception as exc:
+            log.warning("step timeline of rank %d not written: %s", self._ctx.rank, exc)
+
+    def _write(self) -> None:
+        if self._cuda:
+            torch.cuda.synchronize(self._ctx.device)
+            first = self._events[0]
+            device_s = [first.elapsed_time(event) / 1e3 for event in self._events]
+            for index, row in enumerate(self._rows, start=1):
+                row["device_ms"] = round(1e3 * (device_s[index] - device_s[index - 1]), 4)
+                # When the device finished the step, less when the host finished queuing it.
+                row["lead_ms"] = round(
+                    1e3 * (device_s[index] - (self._host_marks[index] - self._host_marks[0])), 4
+                )
+        self._dir.mkdir(parents=True, exist_ok=True)
+        path = self._dir / f"rank{self._ctx.rank}.timeline.jsonl"
+        head = {
+            "rank": self._ctx.rank,
+            "world_size": self._ctx.world_size,
+            "start": self._start,
+            "steps": len(self._rows),
+            "facts": process_facts(self._ctx.device),
+        }
+        with path.open("w") as f:
+            f.write(json.dumps(head) + "\n")
+            for row in self._rows:
+                f.write(json.dumps(row) + "\n")
+        if self._ctx.is_rank0:
+            log.info("step timeline of %d steps written to %s", len(self._rows), self._dir)
 
 
 def _window(env: str) -> tuple[int, int] | None:
@@ -232,8 +392,10 @@ class BenchHooks:
         trace_dir: pathlib.Path | None = None,
         ab: AbPlan | None = None,
         sync_debug: tuple[int, int] | None = None,
+        timeline: Timeline | None = None,
     ) -> None:
         self._ctx = ctx
+        self._timeline = timeline
         self._sync_debug = sync_debug
         self._sync_hunt: SyncHunt | None = None
         self._samples_per_step = samples_per_step  # over every rank
@@ -255,6 +417,15 @@ class BenchHooks:
             trace_dir = pathlib.Path(os.environ.get(TRACE_DIR_ENV) or "trainop-trace")
         ab_text = os.environ.get(AB_BLOCKS_ENV, "").strip()
         ab = AbPlan.parse(ab_text) if ab_text else None
+        timeline_window = _window(TIMELINE_STEPS_ENV)
+        timeline = None
+        if timeline_window is not None:
+            timeline = Timeline(
+                ctx=ctx,
+                start=timeline_window[0],
+                count=timeline_window[1],
+                directory=pathlib.Path(os.environ.get(TIMELINE_DIR_ENV) or "trainop-timeline"),
+            )
         return cls(
             ctx=ctx,
             samples_per_step=samples_per_step,
@@ -262,15 +433,23 @@ class BenchHooks:
             trace_dir=trace_dir,
             ab=ab,
             sync_debug=_window(SYNC_DEBUG_STEPS_ENV),
+            timeline=timeline,
         )
 
     @property
     def enabled(self) -> bool:
-        return self._trace is not None or self._ab is not None or self._sync_debug is not None
+        return (
+            self._trace is not None
+            or self._ab is not None
+            or self._sync_debug is not None
+            or self._timeline is not None
+        )
 
     def after_step(self, step: int) -> None:
         if not self.enabled:
             return
+        if self._timeline is not None:  # first: its step ends before the other hooks' work
+            self._timeline.after_step(step)
         self._gc.install()
         if self._ab is not None:
             self._ab_step(step, self._ab)
@@ -289,6 +468,8 @@ class BenchHooks:
 
     def close(self) -> None:
         """Training ended: an open window is written with the steps it has, switches are reset."""
+        if self._timeline is not None:
+            self._timeline.close()
         if self._sync_hunt is not None:
             self._sync_hunt.stop()
             self._sync_hunt = None
