@@ -7,6 +7,9 @@ and the host's lead over the device. Here:
 
 - a step's **period** is rank 0's device time for it (the host's, on the CPU); a step is **slow** when its
   period exceeds the median by more than ``--slow`` (default 10 %);
+- threads (the training thread ``main``, the autograd engine's ``autograd``, the pin-memory thread ``pin``):
+  ``_run_ms`` on a CPU, ``_wait_ms`` ready but waiting for one, ``_moved`` 1 when it ran on another CPU
+  than at the step before;
 - per rank, each column's mean over the normal steps and over the slow ones: the column that grows on one
   rank and not on the others is where the slow steps' time went;
 - **episodes**: runs of slow steps (gaps of up to 2 normal steps joined); for each, the rank whose host was
@@ -45,6 +48,11 @@ def load(directory: pathlib.Path) -> dict[int, list[dict[str, Any]]]:
             for part in PARTS:
                 row[f"{part}_ms"] = parts.get(part, 0.0)
             row["other_ms"] = row["host_ms"] - sum(parts.values())
+            for name, thread in sorted(row.pop("threads", {}).items()):
+                row[f"{name}_run_ms"] = thread["run_ms"]  # on a CPU
+                row[f"{name}_wait_ms"] = thread["wait_ms"]  # ready, waiting for a CPU
+                row[f"{name}_moved"] = int(bool(rows) and rows[-1].get(f"{name}_cpu") != thread["cpu"])
+                row[f"{name}_cpu"] = thread["cpu"]
             rows.append(row)
         ranks[int(head["rank"])] = rows
     if not ranks:
@@ -56,6 +64,8 @@ def load(directory: pathlib.Path) -> dict[int, list[dict[str, Any]]]:
 
 def columns(rows: list[dict[str, Any]]) -> list[str]:
     names = ["host_ms", *(f"{p}_ms" for p in PARTS), "other_ms", *COUNTERS]
+    if rows:  # the scheduler's account of each thread the timeline followed
+        names += [k for k in rows[0] if k.endswith(("_run_ms", "_wait_ms", "_moved"))]
     if rows and "lead_ms" in rows[0]:
         names[1:1] = ["device_ms", "lead_ms"]
     return names

@@ -10,6 +10,7 @@ import gc
 import gzip
 import json
 import logging
+import os
 import pathlib
 import re
 import subprocess
@@ -105,6 +106,11 @@ def test_a_step_timeline_writes_one_row_per_step_with_the_loops_parts_on_every_r
         assert row["voluntary_switches"] >= 0 and row["involuntary_switches"] >= 0
         assert row["gc_ms"] >= 0 and row["gc_count"] >= 0
         assert "device_ms" not in row and "lead_ms" not in row  # a CPU run has no device clock
+        # No loader workers (no pin-memory thread), no autograd device thread on the CPU: the training thread.
+        assert row["threads"].keys() == {"main"}
+        main = row["threads"]["main"]
+        assert 0 < main["run_ms"] <= row["host_ms"] + 1 and main["wait_ms"] >= 0 and main["slices"] >= 1
+        assert main["cpu"] in os.sched_getaffinity(0)
     walls = [row["wall"] for row in rows]
     assert walls == sorted(walls)
     # Reports every 5 steps: step 5's report is timed in its row, and no other row has one.

@@ -25,7 +25,9 @@ def load() -> ModuleType:
     return module
 
 
-def row(step: int, *, data: float = 1.0, lead: float = 20.0, period: float = 40.0) -> dict[str, Any]:
+def row(
+    step: int, *, data: float = 1.0, lead: float = 20.0, period: float = 40.0, wait: float = 0.0
+) -> dict[str, Any]:
     parts = {"data": data, "forward_backward": 30.0, "optimizer": 5.0, "metrics": 0.1, "control": 0.2}
     return {
         "step": step,
@@ -40,6 +42,10 @@ def row(step: int, *, data: float = 1.0, lead: float = 20.0, period: float = 40.
         "involuntary_switches": 0,
         "device_ms": period,
         "lead_ms": lead,
+        "threads": {
+            "main": {"run_ms": 20.0, "wait_ms": 0.0, "slices": 9, "cpu": 3},
+            "autograd": {"run_ms": 25.0, "wait_ms": wait, "slices": 4, "cpu": 5 if wait else 4},
+        },
     }
 
 
@@ -56,7 +62,8 @@ def test_a_sag_in_one_ranks_loader_is_found_and_named(tmp_path: pathlib.Path, ca
     sag = {10, 11, 12}
     rank0 = [row(s, period=60.0 if s in sag else 40.0) for s in range(1, 41)]
     rank1 = [
-        row(s, data=21.0, lead=0.3, period=60.0) if s in sag else row(s)  # rank 1's host fell behind
+        # rank 1's host fell behind; its autograd thread waited 2 ms for a CPU, on another CPU than before
+        row(s, data=21.0, lead=0.3, period=60.0, wait=2.0) if s in sag else row(s)
         for s in range(1, 41)
     ]
     write(tmp_path / "run", 0, rank0)
@@ -74,6 +81,12 @@ def test_a_sag_in_one_ranks_loader_is_found_and_named(tmp_path: pathlib.Path, ca
     assert episode["culprit_excess"]["other_ms"] == 0.0  # the step's time outside the parts did not grow
     assert summary["per_rank"][1]["data_ms"] == {"normal": 1.0, "slow": 21.0}
     assert summary["per_rank"][0]["data_ms"] == {"normal": 1.0, "slow": 1.0}
+    assert summary["per_rank"][1]["autograd_wait_ms"] == {"normal": 0.0, "slow": 2.0}
+    assert episode["culprit_excess"]["autograd_wait_ms"] == 6.0
+    # It moved to CPU 5 at step 10 and stayed there, then back at step 13 (a normal step).
+    assert episode["culprit_excess"]["autograd_moved"] == 1
+    assert summary["per_rank"][1]["autograd_moved"]["normal"] == 1 / 37
+    assert summary["per_rank"][0]["main_run_ms"] == {"normal": 20.0, "slow": 20.0}
 
     assert module.main([str(tmp_path / "run"), "--json", str(tmp_path / "s.json")]) == 0
     text = capsys.readouterr().out

@@ -22,7 +22,9 @@
   START (one device synchronisation there) every rank writes one line per step for the next COUNT steps to
   ``DIR/rank<r>.timeline.jsonl``: the wall clock, the host's time for the step and for each marked part of
   the loop (``section``), Python's garbage-collection pauses, the training thread's CPU time and context
-  switches (voluntary and involuntary), the process's CPU time, and on GPUs the device's time for the step
+  switches (voluntary and involuntary), the process's CPU time, the scheduler's account of the threads that
+  launch and feed the step (the training thread, the autograd engine's, the pin-memory thread: time run,
+  time waited for a CPU, time slices, the CPU last run on), and on GPUs the device's time for the step
   and the host's lead over the device (how long after the host finished queuing the step the device
   finished it: near 0 means the device waited for this rank's host). No profiler runs, so a sag over
   hundreds of steps can be read step by step and rank by rank; ``bench/gpu/timeline_summary.py`` finds the
@@ -45,6 +47,7 @@ import os
 import pathlib
 import resource
 import shutil
+import threading
 import time
 import traceback
 import warnings
@@ -174,6 +177,49 @@ class _SectionClock:
         self._totals[self._name] = self._totals.get(self._name, 0.0) + time.perf_counter() - self._started
 
 
+class _ThreadClock:
+    """A thread's scheduler statistics from ``/proc/self/task/<tid>``: nanoseconds run on a CPU, nanoseconds
+    waited on a run queue (ready but not running: another thread or process had the CPU), time slices, and
+    the CPU it last ran on. Two ``pread`` of open files, a few microseconds."""
+
+    def __init__(self, tid: int) -> None:
+        self._schedstat = os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY)
+        self._stat = os.open(f"/proc/self/task/{tid}/stat", os.O_RDONLY)
+
+    def read(self) -> tuple[int, int, int, int]:
+        run, wait, slices = (int(v) for v in os.pread(self._schedstat, 128, 0).split()[:3])
+        cpu = int(os.pread(self._stat, 1024, 0).rsplit(b")", 1)[1].split()[36])  # field 39: processor
+        return run, wait, slices, cpu
+
+    def close(self) -> None:
+        os.close(self._schedstat)
+        os.close(self._stat)
+
+
+def _thread_clocks(device: torch.device) -> dict[str, _ThreadClock]:
+    """The threads that launch a step's work and feed it: the training thread, the autograd engine's thread
+    of this device (the backward pass launches from it) and the DataLoader's pin-memory thread."""
+    wanted = {"pt_data_pin": "pin"}
+    if device.type == "cuda":
+        wanted[f"pt_autograd_{device.index or 0}"] = "autograd"
+    tids = {"main": threading.get_native_id()}
+    task = pathlib.Path("/proc/self/task")
+    for entry in task.iterdir() if task.is_dir() else []:
+        try:
+            name = wanted.get((entry / "comm").read_text().strip())
+        except OSError:
+            continue
+        if name is not None and name not in tids:
+            tids[name] = int(entry.name)
+    clocks = {}
+    for name, tid in tids.items():
+        try:
+            clocks[name] = _ThreadClock(tid)
+        except OSError:  # no procfs, or the thread has ended
+            continue
+    return clocks
+
+
 def _thread_usage() -> tuple[float, int, int]:
     """The calling thread's CPU seconds and its voluntary and involuntary context switches."""
     usage = resource.getrusage(getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF))
@@ -199,6 +245,8 @@ class Timeline:
         self._events: list[Any] = []  # on GPUs: one per mark, on the training stream
         self._host_marks: list[float] = []
         self._last: tuple[float, float, float, int, int] | None = None  # host, process CPU, thread usage
+        self._threads: dict[str, _ThreadClock] = {}
+        self._thread_last: dict[str, tuple[int, int, int, int]] = {}
         self.done = False
 
     def timer(self, name: str) -> _SectionClock:
@@ -219,6 +267,7 @@ class Timeline:
         self._host_marks.append(now)
         cpu, voluntary, involuntary = _thread_usage()
         self._last = (now, time.process_time(), cpu, voluntary, involuntary)
+        self._thread_last = {name: clock.read() for name, clock in self._threads.items()}
         self._totals.clear()
         self._gc.reset()
 
@@ -232,12 +281,23 @@ class Timeline:
             if self._cuda:
                 torch.cuda.synchronize(self._ctx.device)  # the lead is measured from an empty queue
             self._gc.install()
+            self._threads = _thread_clocks(self._ctx.device)
             self._mark(time.perf_counter())
             _timeline = self
             return
         host, process_cpu, thread_cpu, voluntary, involuntary = self._last
         now = time.perf_counter()
         cpu, voluntary_now, involuntary_now = _thread_usage()
+        threads = {}
+        for name, clock in self._threads.items():
+            run, wait, slices, on_cpu = clock.read()
+            run0, wait0, slices0, _ = self._thread_last[name]
+            threads[name] = {
+                "run_ms": round((run - run0) / 1e6, 4),
+                "wait_ms": round((wait - wait0) / 1e6, 4),
+                "slices": slices - slices0,
+                "cpu": on_cpu,
+            }
         self._rows.append(
             {
                 "step": step,
@@ -250,6 +310,7 @@ class Timeline:
                 "process_cpu_ms": round(1e3 * (time.process_time() - process_cpu), 4),
                 "voluntary_switches": voluntary_now - voluntary,
                 "involuntary_switches": involuntary_now - involuntary,
+                "threads": threads,
             }
         )
         self._mark(now)
@@ -265,6 +326,8 @@ class Timeline:
         if _timeline is self:
             _timeline = None
         self._gc.remove()
+        for clock in self._threads.values():
+            clock.close()
         if self._last is None:
             return
         try:
