@@ -9,7 +9,8 @@ and the host's lead over the device. Here:
   period exceeds the median by more than ``--slow`` (default 10 %);
 - threads (the training thread ``main``, the autograd engine's ``autograd``, the pin-memory thread ``pin``):
   ``_run_ms`` on a CPU, ``_wait_ms`` ready but waiting for one, ``_moved`` 1 when it ran on another CPU
-  than at the step before;
+  than at the step before; ``_steal_ms`` the hypervisor's steal time on the CPU it last ran on, and
+  ``steal_ms`` over every CPU (a virtual machine's CPU time taken by its host; 10 ms ticks);
 - per rank, each column's mean over the normal steps and over the slow ones: the column that grows on one
   rank and not on the others is where the slow steps' time went;
 - **episodes**: runs of slow steps (gaps of up to 2 normal steps joined); for each, the rank whose host was
@@ -51,6 +52,8 @@ def load(directory: pathlib.Path) -> dict[int, list[dict[str, Any]]]:
             for name, thread in sorted(row.pop("threads", {}).items()):
                 row[f"{name}_run_ms"] = thread["run_ms"]  # on a CPU
                 row[f"{name}_wait_ms"] = thread["wait_ms"]  # ready, waiting for a CPU
+                if "steal_ms" in thread:  # the hypervisor's, on the CPU it last ran on
+                    row[f"{name}_steal_ms"] = thread["steal_ms"]
                 row[f"{name}_moved"] = int(bool(rows) and rows[-1].get(f"{name}_cpu") != thread["cpu"])
                 row[f"{name}_cpu"] = thread["cpu"]
             rows.append(row)
@@ -65,7 +68,9 @@ def load(directory: pathlib.Path) -> dict[int, list[dict[str, Any]]]:
 def columns(rows: list[dict[str, Any]]) -> list[str]:
     names = ["host_ms", *(f"{p}_ms" for p in PARTS), "other_ms", *COUNTERS]
     if rows:  # the scheduler's account of each thread the timeline followed
-        names += [k for k in rows[0] if k.endswith(("_run_ms", "_wait_ms", "_moved"))]
+        names += [k for k in rows[0] if k.endswith(("_run_ms", "_wait_ms", "_steal_ms", "_moved"))]
+        if rows[0].get("steal_ms") is not None:
+            names.append("steal_ms")
     if rows and "lead_ms" in rows[0]:
         names[1:1] = ["device_ms", "lead_ms"]
     return names

@@ -111,6 +111,12 @@ def test_a_step_timeline_writes_one_row_per_step_with_the_loops_parts_on_every_r
         main = row["threads"]["main"]
         assert 0 < main["run_ms"] <= row["host_ms"] + 1 and main["wait_ms"] >= 0 and main["slices"] >= 1
         assert main["cpu"] in os.sched_getaffinity(0)
+        # Steal time comes in whole ticks of /proc/stat (10 ms at the usual 100 Hz), over every CPU and on the
+        # CPU the thread last ran on (on bare metal both stay 0). The kernel converts each line to ticks on
+        # its own, so a CPU's line may tick over while the sum's does not yet: no order between the two.
+        tick_ms = 1e3 / os.sysconf("SC_CLK_TCK")
+        for steal in (row["steal_ms"], main["steal_ms"]):
+            assert steal >= 0 and (steal / tick_ms).is_integer()
     walls = [row["wall"] for row in rows]
     assert walls == sorted(walls)
     # Reports every 5 steps: step 5's report is timed in its row, and no other row has one.

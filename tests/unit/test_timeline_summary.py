@@ -26,7 +26,13 @@ def load() -> ModuleType:
 
 
 def row(
-    step: int, *, data: float = 1.0, lead: float = 20.0, period: float = 40.0, wait: float = 0.0
+    step: int,
+    *,
+    data: float = 1.0,
+    lead: float = 20.0,
+    period: float = 40.0,
+    wait: float = 0.0,
+    steal: float = 0.0,
 ) -> dict[str, Any]:
     parts = {"data": data, "forward_backward": 30.0, "optimizer": 5.0, "metrics": 0.1, "control": 0.2}
     return {
@@ -43,9 +49,16 @@ def row(
         "device_ms": period,
         "lead_ms": lead,
         "threads": {
-            "main": {"run_ms": 20.0, "wait_ms": 0.0, "slices": 9, "cpu": 3},
-            "autograd": {"run_ms": 25.0, "wait_ms": wait, "slices": 4, "cpu": 5 if wait else 4},
+            "main": {"run_ms": 20.0, "wait_ms": 0.0, "slices": 9, "cpu": 3, "steal_ms": 0.0},
+            "autograd": {
+                "run_ms": 25.0,
+                "wait_ms": wait,
+                "slices": 4,
+                "cpu": 5 if wait else 4,
+                "steal_ms": steal,
+            },
         },
+        "steal_ms": steal,
     }
 
 
@@ -63,7 +76,7 @@ def test_a_sag_in_one_ranks_loader_is_found_and_named(tmp_path: pathlib.Path, ca
     rank0 = [row(s, period=60.0 if s in sag else 40.0) for s in range(1, 41)]
     rank1 = [
         # rank 1's host fell behind; its autograd thread waited 2 ms for a CPU, on another CPU than before
-        row(s, data=21.0, lead=0.3, period=60.0, wait=2.0) if s in sag else row(s)
+        row(s, data=21.0, lead=0.3, period=60.0, wait=2.0, steal=10.0) if s in sag else row(s)
         for s in range(1, 41)
     ]
     write(tmp_path / "run", 0, rank0)
@@ -87,6 +100,10 @@ def test_a_sag_in_one_ranks_loader_is_found_and_named(tmp_path: pathlib.Path, ca
     assert episode["culprit_excess"]["autograd_moved"] == 1
     assert summary["per_rank"][1]["autograd_moved"]["normal"] == 1 / 37
     assert summary["per_rank"][0]["main_run_ms"] == {"normal": 20.0, "slow": 20.0}
+    # The hypervisor took a tick from rank 1's autograd thread's CPU in each slow step.
+    assert summary["per_rank"][1]["autograd_steal_ms"] == {"normal": 0.0, "slow": 10.0}
+    assert summary["per_rank"][1]["steal_ms"] == {"normal": 0.0, "slow": 10.0}
+    assert episode["culprit_excess"]["steal_ms"] == 30.0
 
     assert module.main([str(tmp_path / "run"), "--json", str(tmp_path / "s.json")]) == 0
     text = capsys.readouterr().out

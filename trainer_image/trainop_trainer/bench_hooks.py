@@ -24,8 +24,9 @@
   the loop (``section``), Python's garbage-collection pauses, the training thread's CPU time and context
   switches (voluntary and involuntary), the process's CPU time, the scheduler's account of the threads that
   launch and feed the step (the training thread, the autograd engine's, the pin-memory thread: time run,
-  time waited for a CPU, time slices, the CPU last run on), and on GPUs the device's time for the step
-  and the host's lead over the device (how long after the host finished queuing the step the device
+  time waited for a CPU, time slices, the CPU last run on and its steal time), the steal time of every CPU
+  (a virtual machine's CPU time taken by its hypervisor, ``/proc/stat``), and on GPUs the device's time for
+  the step and the host's lead over the device (how long after the host finished queuing the step the device
   finished it: near 0 means the device waited for this rank's host). No profiler runs, so a sag over
   hundreds of steps can be read step by step and rank by rank; ``bench/gpu/timeline_summary.py`` finds the
   slow steps and what grew in them.
@@ -196,6 +197,38 @@ class _ThreadClock:
         os.close(self._stat)
 
 
+class _StealClock:
+    """Steal time from ``/proc/stat``: how long a virtual machine's CPUs were ready to run while the
+    hypervisor ran something else (ticks of ``SC_CLK_TCK``, 10 ms each). The guest's own scheduler cannot
+    see it; it shows as a thread's instructions taking longer. Per CPU and over all of them."""
+
+    def __init__(self) -> None:
+        self._fd = os.open("/proc/stat", os.O_RDONLY)
+        self._tick_ms = 1e3 / os.sysconf("SC_CLK_TCK")
+
+    def read(self) -> dict[str, int]:
+        """Steal ticks by ``/proc/stat`` line: ``cpu`` (every CPU), ``cpu0``, ``cpu1``, ..."""
+        steal = {}
+        for line in os.pread(self._fd, 1 << 16, 0).split(b"\n"):
+            if line.startswith(b"cpu"):
+                fields = line.split()
+                steal[fields[0].decode()] = int(fields[8]) if len(fields) > 8 else 0
+        return steal
+
+    def ms(self, ticks: int) -> float:
+        return ticks * self._tick_ms
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def _steal_clock() -> _StealClock | None:
+    try:
+        return _StealClock()
+    except OSError:  # no procfs
+        return None
+
+
 def _thread_clocks(device: torch.device) -> dict[str, _ThreadClock]:
     """The threads that launch a step's work and feed it: the training thread, the autograd engine's thread
     of this device (the backward pass launches from it) and the DataLoader's pin-memory thread."""
@@ -247,6 +280,8 @@ class Timeline:
         self._last: tuple[float, float, float, int, int] | None = None  # host, process CPU, thread usage
         self._threads: dict[str, _ThreadClock] = {}
         self._thread_last: dict[str, tuple[int, int, int, int]] = {}
+        self._steal: _StealClock | None = None
+        self._steal_last: dict[str, int] = {}
         self.done = False
 
     def timer(self, name: str) -> _SectionClock:
@@ -268,6 +303,8 @@ class Timeline:
         cpu, voluntary, involuntary = _thread_usage()
         self._last = (now, time.process_time(), cpu, voluntary, involuntary)
         self._thread_last = {name: clock.read() for name, clock in self._threads.items()}
+        if self._steal is not None:
+            self._steal_last = self._steal.read()
         self._totals.clear()
         self._gc.reset()
 
@@ -282,12 +319,14 @@ class Timeline:
                 torch.cuda.synchronize(self._ctx.device)  # the lead is measured from an empty queue
             self._gc.install()
             self._threads = _thread_clocks(self._ctx.device)
+            self._steal = _steal_clock()
             self._mark(time.perf_counter())
             _timeline = self
             return
         host, process_cpu, thread_cpu, voluntary, involuntary = self._last
         now = time.perf_counter()
         cpu, voluntary_now, involuntary_now = _thread_usage()
+        steal = self._steal.read() if self._steal is not None else {}
         threads = {}
         for name, clock in self._threads.items():
             run, wait, slices, on_cpu = clock.read()
@@ -298,6 +337,9 @@ class Timeline:
                 "slices": slices - slices0,
                 "cpu": on_cpu,
             }
+            if self._steal is not None:  # on the CPU the thread last ran on
+                line = f"cpu{on_cpu}"
+                threads[name]["steal_ms"] = self._steal.ms(steal.get(line, 0) - self._steal_last.get(line, 0))
         self._rows.append(
             {
                 "step": step,
@@ -311,6 +353,9 @@ class Timeline:
                 "voluntary_switches": voluntary_now - voluntary,
                 "involuntary_switches": involuntary_now - involuntary,
                 "threads": threads,
+                "steal_ms": self._steal.ms(steal.get("cpu", 0) - self._steal_last.get("cpu", 0))
+                if self._steal is not None
+                else None,
             }
         )
         self._mark(now)
@@ -328,6 +373,8 @@ class Timeline:
         self._gc.remove()
         for clock in self._threads.values():
             clock.close()
+        if self._steal is not None:
+            self._steal.close()
         if self._last is None:
             return
         try:
