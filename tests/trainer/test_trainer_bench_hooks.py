@@ -123,17 +123,21 @@ def test_a_step_timeline_writes_one_row_per_step_with_the_loops_parts_on_every_r
     assert [row["step"] for row in rows if "report" in row["sections_ms"]] == [5]
 
 
-def test_a_timeline_cut_short_by_the_end_of_training_writes_the_steps_it_has(tmp_path: pathlib.Path) -> None:
-    ctx = distributed.WorkerContext(
-        rank=3,
-        world_size=4,
-        local_rank=3,
-        local_world_size=4,
+def cpu_rank(rank: int, *, of: int) -> distributed.WorkerContext:
+    """A rank's context on one CPU node, for the timeline alone (no process group is needed)."""
+    return distributed.WorkerContext(
+        rank=rank,
+        world_size=of,
+        local_rank=rank,
+        local_world_size=of,
         node_rank=0,
         device=torch.device("cpu"),
         backend="gloo",
     )
-    timeline = bench_hooks.Timeline(ctx=ctx, start=2, count=10, directory=tmp_path)
+
+
+def test_a_timeline_cut_short_by_the_end_of_training_writes_the_steps_it_has(tmp_path: pathlib.Path) -> None:
+    timeline = bench_hooks.Timeline(ctx=cpu_rank(3, of=4), start=2, count=10, directory=tmp_path)
     for step in range(1, 6):
         with bench_hooks.section("data"):
             gc.collect()
@@ -151,16 +155,7 @@ def test_a_timeline_cut_short_by_the_end_of_training_writes_the_steps_it_has(tmp
 
 
 def test_a_timeline_that_never_started_writes_nothing(tmp_path: pathlib.Path) -> None:
-    ctx = distributed.WorkerContext(
-        rank=0,
-        world_size=1,
-        local_rank=0,
-        local_world_size=1,
-        node_rank=0,
-        device=torch.device("cpu"),
-        backend="gloo",
-    )
-    timeline = bench_hooks.Timeline(ctx=ctx, start=50, count=10, directory=tmp_path / "t")
+    timeline = bench_hooks.Timeline(ctx=cpu_rank(0, of=1), start=50, count=10, directory=tmp_path / "t")
     for step in range(1, 6):
         timeline.after_step(step)
     timeline.close()
