@@ -14,6 +14,7 @@ import os
 import pathlib
 import re
 import subprocess
+import threading
 import warnings
 
 import pytest
@@ -152,6 +153,28 @@ def test_a_timeline_cut_short_by_the_end_of_training_writes_the_steps_it_has(tmp
     # Step 2 started the window: its own collection is not counted; each later step's is, in its row.
     assert all(row["gc_count"] >= 1 and row["gc_ms"] > 0 for row in rows)
     assert all(row["sections_ms"]["data"] >= row["gc_ms"] for row in rows)
+
+
+def test_a_followed_thread_that_ends_mid_window_is_dropped_and_the_timeline_goes_on(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A DataLoader's pin-memory thread ends with its epoch: the next step's row simply lacks it."""
+    timeline = bench_hooks.Timeline(ctx=cpu_rank(0, of=1), start=1, count=5, directory=tmp_path)
+    timeline.after_step(1)
+    release = threading.Event()
+    helper = threading.Thread(target=release.wait)
+    helper.start()
+    assert helper.native_id is not None
+    timeline._threads["helper"] = bench_hooks._ThreadClock(helper.native_id)
+    timeline._thread_last["helper"] = timeline._threads["helper"].read()
+    timeline.after_step(2)
+    release.set()
+    helper.join()
+    timeline.after_step(3)
+    timeline.close()
+    _, *rows = (json.loads(line) for line in (tmp_path / "rank0.timeline.jsonl").read_text().splitlines())
+    assert [(row["step"], sorted(row["threads"])) for row in rows] == [(2, ["helper", "main"]), (3, ["main"])]
+    assert "helper" not in timeline._threads
 
 
 def test_a_timeline_that_never_started_writes_nothing(tmp_path: pathlib.Path) -> None:

@@ -297,16 +297,36 @@ class Timeline:
         event.record(torch.cuda.current_stream(self._ctx.device))
         return event
 
-    def _mark(self, now: float) -> None:
+    def _mark(
+        self,
+        now: float,
+        usage: tuple[float, int, int],
+        threads: dict[str, tuple[int, int, int, int]],
+        steal: dict[str, int],
+    ) -> None:
+        """The start of the next step: the counters read at the end of this one."""
         self._events.append(self._event())
         self._host_marks.append(now)
-        cpu, voluntary, involuntary = _thread_usage()
-        self._last = (now, time.process_time(), cpu, voluntary, involuntary)
-        self._thread_last = {name: clock.read() for name, clock in self._threads.items()}
-        if self._steal is not None:
-            self._steal_last = self._steal.read()
+        self._last = (now, time.process_time(), *usage)
+        self._thread_last = threads
+        self._steal_last = steal
         self._totals.clear()
         self._gc.reset()
+
+    def _read_threads(self) -> dict[str, tuple[int, int, int, int]]:
+        """Each followed thread's counters; a thread that has ended (a DataLoader's pin-memory thread at an
+        epoch's end) is followed no more."""
+        counters = {}
+        for name, clock in list(self._threads.items()):
+            try:
+                counters[name] = clock.read()
+            except OSError:
+                clock.close()
+                del self._threads[name]
+        return counters
+
+    def _read_steal(self) -> dict[str, int]:
+        return self._steal.read() if self._steal is not None else {}
 
     def after_step(self, step: int) -> None:
         global _timeline
@@ -320,16 +340,17 @@ class Timeline:
             self._gc.install()
             self._threads = _thread_clocks(self._ctx.device)
             self._steal = _steal_clock()
-            self._mark(time.perf_counter())
+            self._mark(time.perf_counter(), _thread_usage(), self._read_threads(), self._read_steal())
             _timeline = self
             return
         host, process_cpu, thread_cpu, voluntary, involuntary = self._last
         now = time.perf_counter()
-        cpu, voluntary_now, involuntary_now = _thread_usage()
-        steal = self._steal.read() if self._steal is not None else {}
+        usage = _thread_usage()
+        cpu, voluntary_now, involuntary_now = usage
+        steal = self._read_steal()
+        counters = self._read_threads()
         threads = {}
-        for name, clock in self._threads.items():
-            run, wait, slices, on_cpu = clock.read()
+        for name, (run, wait, slices, on_cpu) in counters.items():
             run0, wait0, slices0, _ = self._thread_last[name]
             threads[name] = {
                 "run_ms": round((run - run0) / 1e6, 4),
@@ -358,7 +379,7 @@ class Timeline:
                 else None,
             }
         )
-        self._mark(now)
+        self._mark(now, usage, counters, steal)
         if step >= self._start + self._count:
             self.close()
 
