@@ -36,6 +36,10 @@ _EXPECTED_ERRORS = (
 )
 
 
+# How long, at most in a row, the reconciles of owners already seen wait while new owners' first
+# reconciles (which create their children) run (``workqueue``).
+NEW_OWNERS_HOLD_S = 5.0
+
 # Watched children whose events only route (nothing of them is cached: see ``cache``).
 SERVER_SIDE_APPLIED = frozenset({"ServiceAccount", "Role", "RoleBinding"})
 
@@ -48,7 +52,7 @@ class Engine:
         *,
         num_workers: int = options.DEFAULT_WORKERS,
     ) -> None:
-        self.queue: workqueue.WorkQueue[reconcile.OwnerKey] = workqueue.WorkQueue()
+        self.queue: workqueue.WorkQueue[reconcile.OwnerKey] = workqueue.WorkQueue(hold=NEW_OWNERS_HOLD_S)
         self.owner_metrics = metrics.OwnerMetrics()
         self.cache = children_cache
         self._reconciler = reconciler
@@ -82,7 +86,7 @@ class Engine:
             return
         self.owner_metrics.observe(kind, body)
         if event_type is None or needs_reconcile(body):
-            self.queue.add(key)
+            self.queue.add(key, new=not (body.get("status") or {}).get("phase"))
 
     def child_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
         meta = body["metadata"]

@@ -4,6 +4,14 @@
 - A key is never processed by two workers at once: a key added while it is being processed is marked
   dirty and queued again when its worker calls :meth:`done`.
 - :meth:`add_after` schedules a key (restart backoff, deadlines, TTLs); the earliest schedule wins.
+- A key added with ``new=True`` (an owner no reconcile has seen yet) is served before the others, and
+  while a new key is being processed the others are held back -- for at most ``hold`` seconds in a row,
+  after which they are served in turn until no new key is in flight. A burst of new owners is then not
+  slowed by the status updates of the ones before it (those updates and the writes they cause compete
+  with the new owners' child creation for the apiserver); under an endless stream of new owners the
+  others wait at most ``hold`` seconds more than without it. A key re-queued by :meth:`done` or
+  :meth:`add_after` is not new; the engine marks new only owners without a recorded phase, which one
+  reconcile ends.
 - :meth:`retry_delay` gives per-key exponential backoff after errors; :meth:`forget` resets it.
 
 Nothing here needs to survive the process: every deadline it holds is derived from owner status (for
@@ -15,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
@@ -26,8 +35,12 @@ class ShutDown(Exception):
 
 
 class WorkQueue(Generic[K]):
-    def __init__(self, *, base_delay: float = 0.5, max_delay: float = 60.0) -> None:
+    def __init__(self, *, base_delay: float = 0.5, max_delay: float = 60.0, hold: float = 0.0) -> None:
         self._ready: collections.deque[K] = collections.deque()
+        self._new: collections.deque[K] = collections.deque()  # served before _ready
+        self._new_processing: set[K] = set()
+        self._hold = hold
+        self._holding_since: float | None = None  # when the others were first held back, this round
         self._queued: set[K] = set()
         self._processing: set[K] = set()
         self._dirty: set[K] = set()
@@ -39,9 +52,9 @@ class WorkQueue(Generic[K]):
         self._max_delay = max_delay
 
     def __len__(self) -> int:
-        return len(self._ready)
+        return len(self._ready) + len(self._new)
 
-    def add(self, key: K) -> None:
+    def add(self, key: K, *, new: bool = False) -> None:
         if self._shut_down:
             return
         if key in self._processing:
@@ -50,7 +63,7 @@ class WorkQueue(Generic[K]):
         if key in self._queued:
             return
         self._queued.add(key)
-        self._ready.append(key)
+        (self._new if new else self._ready).append(key)
         self._wakeup.set()
 
     def add_after(self, key: K, delay: float) -> None:
@@ -71,20 +84,47 @@ class WorkQueue(Generic[K]):
         self.add(key)
 
     async def get(self) -> K:
-        while not self._ready:
+        while True:
             if self._shut_down:
                 raise ShutDown
+            if self._new:
+                key = self._new.popleft()
+                self._new_processing.add(key)
+                break
+            wait: float | None = None
+            if self._ready:
+                wait = self._held_for()
+                if wait is None:
+                    key = self._ready.popleft()
+                    break
             self._wakeup.clear()
-            await self._wakeup.wait()
-        if self._shut_down:
-            raise ShutDown
-        key = self._ready.popleft()
+            if wait is None:
+                await self._wakeup.wait()
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wakeup.wait(), wait)
         self._queued.discard(key)
         self._processing.add(key)
         return key
 
+    def _held_for(self) -> float | None:
+        """How much longer the keys that are not new wait (None: serve them now)."""
+        if not self._new_processing or self._hold <= 0:
+            self._holding_since = None
+            return None
+        now = asyncio.get_running_loop().time()
+        if self._holding_since is None:
+            self._holding_since = now
+        left = self._holding_since + self._hold - now
+        return left if left > 0 else None
+
     def done(self, key: K) -> None:
         self._processing.discard(key)
+        if key in self._new_processing:
+            self._new_processing.discard(key)
+            if not self._new_processing:
+                self._holding_since = None
+            self._wakeup.set()  # the others may be held back no longer
         if key in self._dirty:
             self._dirty.discard(key)
             self.add(key)

@@ -65,6 +65,14 @@ async def test_the_initial_listing_queues_every_owner_even_if_up_to_date(runtime
     assert await queued(runtime) == [KEY]
 
 
+async def test_an_owner_without_a_phase_is_queued_new_and_served_before_the_others(
+    runtime: engine.Engine,
+) -> None:
+    runtime.owner_event(kinds.TRAINING_JOB, None, factories.job(status={"phase": "Running"}))
+    runtime.owner_event(kinds.TRAINING_JOB, "ADDED", factories.job(name="fresh"))
+    assert await queued(runtime) == [reconcile.OwnerKey("TrainingJob", "team-a", "fresh"), KEY]
+
+
 async def test_a_trainer_progress_patch_queues_nothing(runtime: engine.Engine) -> None:
     body = factories.job(status={"phase": "Running", "observedGeneration": 1, "progress": {"step": 7}})
     runtime.owner_event(kinds.TRAINING_JOB, "MODIFIED", body)

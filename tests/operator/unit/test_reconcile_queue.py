@@ -95,3 +95,52 @@ async def test_shut_down_wakes_waiting_workers_with_shutdown() -> None:
         await asyncio.wait_for(getter, 1)
     queue.add("late")
     assert len(queue) == 0
+
+
+async def test_new_keys_are_served_first_and_hold_the_others_back_while_they_are_processed() -> None:
+    queue: workqueue.WorkQueue[str] = workqueue.WorkQueue(hold=10)
+    queue.add("old")
+    queue.add("new-1", new=True)
+    queue.add("new-2", new=True)
+    first = await queue.get()
+    second = await queue.get()
+    assert [first, second] == ["new-1", "new-2"]
+    getter = asyncio.create_task(queue.get())
+    await asyncio.sleep(0.02)
+    assert not getter.done()  # held back: a new key is being processed
+    queue.done(first)
+    await asyncio.sleep(0.02)
+    assert not getter.done()  # still one
+    queue.done(second)
+    assert await asyncio.wait_for(getter, 1) == "old"
+
+
+async def test_the_others_are_held_back_at_most_hold_seconds_in_a_row() -> None:
+    queue: workqueue.WorkQueue[str] = workqueue.WorkQueue(hold=0.05)
+    queue.add("new", new=True)
+    new = await queue.get()
+    queue.add("a")
+    queue.add("b")
+    assert await asyncio.wait_for(queue.get(), 1) == "a"  # after the hold, though "new" is still processed
+    assert await asyncio.wait_for(queue.get(), 0.01) == "b"  # and the others with it, no second hold
+    queue.done(new)
+
+
+async def test_without_a_hold_the_others_are_not_held_back() -> None:
+    queue: workqueue.WorkQueue[str] = workqueue.WorkQueue()
+    queue.add("new", new=True)
+    new = await queue.get()
+    queue.add("a")
+    assert await asyncio.wait_for(queue.get(), 0.01) == "a"
+    queue.done(new)
+
+
+async def test_a_new_key_queued_again_by_done_or_add_after_is_not_new() -> None:
+    queue: workqueue.WorkQueue[str] = workqueue.WorkQueue(hold=10)
+    queue.add("n", new=True)
+    n = await queue.get()
+    queue.add("n", new=True)  # its own status write's echo, while it is processed: dirty
+    queue.done(n)
+    assert await queue.get() == "n"  # re-queued, not new: holds nothing back
+    queue.add("a")
+    assert await asyncio.wait_for(queue.get(), 0.01) == "a"
