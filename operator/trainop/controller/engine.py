@@ -36,9 +36,11 @@ _EXPECTED_ERRORS = (
 )
 
 
-# How long, at most in a row, the reconciles of owners already seen wait while new owners' first
-# reconciles (which create their children) run (``workqueue``).
+# New owners' first reconciles (which create their children) are served before the others; those wait
+# at most NEW_OWNERS_HOLD_S seconds in a row while the last new ones run, and are served first once they
+# have waited NEW_OWNERS_MAX_WAIT_S (``workqueue``).
 NEW_OWNERS_HOLD_S = 5.0
+NEW_OWNERS_MAX_WAIT_S = 30.0
 
 # Watched children whose events only route (nothing of them is cached: see ``cache``).
 SERVER_SIDE_APPLIED = frozenset({"ServiceAccount", "Role", "RoleBinding"})
@@ -52,7 +54,9 @@ class Engine:
         *,
         num_workers: int = options.DEFAULT_WORKERS,
     ) -> None:
-        self.queue: workqueue.WorkQueue[reconcile.OwnerKey] = workqueue.WorkQueue(hold=NEW_OWNERS_HOLD_S)
+        self.queue: workqueue.WorkQueue[reconcile.OwnerKey] = workqueue.WorkQueue(
+            hold=NEW_OWNERS_HOLD_S, max_wait=NEW_OWNERS_MAX_WAIT_S
+        )
         self.owner_metrics = metrics.OwnerMetrics()
         self.cache = children_cache
         self._reconciler = reconciler

@@ -5,13 +5,13 @@
   dirty and queued again when its worker calls :meth:`done`.
 - :meth:`add_after` schedules a key (restart backoff, deadlines, TTLs); the earliest schedule wins.
 - A key added with ``new=True`` (an owner no reconcile has seen yet) is served before the others, and
-  while a new key is being processed the others are held back -- for at most ``hold`` seconds in a row,
-  after which they are served in turn until no new key is in flight. A burst of new owners is then not
-  slowed by the status updates of the ones before it (those updates and the writes they cause compete
-  with the new owners' child creation for the apiserver); under an endless stream of new owners the
-  others wait at most ``hold`` seconds more than without it. A key re-queued by :meth:`done` or
-  :meth:`add_after` is not new; the engine marks new only owners without a recorded phase, which one
-  reconcile ends.
+  while a new key is being processed and none is left to serve, the others are held back -- for at most
+  ``hold`` seconds in a row, then served in turn until no new key is in flight. A burst of new owners is
+  then not slowed by the status updates of the ones before it (those updates, and the writes they cause,
+  compete with the new owners' child creation for the apiserver). No key waits for new ones without
+  bound: one that has been ready for ``max_wait`` seconds is served before any new key. A key re-queued
+  by :meth:`done` or :meth:`add_after` is not new; the engine marks new only owners without a recorded
+  phase, which one reconcile ends. Without ``hold`` and ``max_wait`` new keys are merely served first.
 - :meth:`retry_delay` gives per-key exponential backoff after errors; :meth:`forget` resets it.
 
 Nothing here needs to survive the process: every deadline it holds is derived from owner status (for
@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import time
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
@@ -35,8 +36,17 @@ class ShutDown(Exception):
 
 
 class WorkQueue(Generic[K]):
-    def __init__(self, *, base_delay: float = 0.5, max_delay: float = 60.0, hold: float = 0.0) -> None:
+    def __init__(
+        self,
+        *,
+        base_delay: float = 0.5,
+        max_delay: float = 60.0,
+        hold: float = 0.0,
+        max_wait: float | None = None,
+    ) -> None:
         self._ready: collections.deque[K] = collections.deque()
+        self._ready_at: dict[K, float] = {}  # when each key of _ready was queued (monotonic)
+        self._max_wait = max_wait
         self._new: collections.deque[K] = collections.deque()  # served before _ready
         self._new_processing: set[K] = set()
         self._hold = hold
@@ -63,7 +73,11 @@ class WorkQueue(Generic[K]):
         if key in self._queued:
             return
         self._queued.add(key)
-        (self._new if new else self._ready).append(key)
+        if new:
+            self._new.append(key)
+        else:
+            self._ready.append(key)
+            self._ready_at[key] = time.monotonic()
         self._wakeup.set()
 
     def add_after(self, key: K, delay: float) -> None:
@@ -87,15 +101,16 @@ class WorkQueue(Generic[K]):
         while True:
             if self._shut_down:
                 raise ShutDown
-            if self._new:
+            if self._new and not self._overdue():
                 key = self._new.popleft()
                 self._new_processing.add(key)
                 break
             wait: float | None = None
             if self._ready:
-                wait = self._held_for()
+                wait = None if self._new else self._held_for()
                 if wait is None:
                     key = self._ready.popleft()
+                    self._ready_at.pop(key, None)
                     break
             self._wakeup.clear()
             if wait is None:
@@ -107,12 +122,18 @@ class WorkQueue(Generic[K]):
         self._processing.add(key)
         return key
 
+    def _overdue(self) -> bool:
+        """Whether the oldest key that is not new has waited ``max_wait`` seconds."""
+        if self._max_wait is None or not self._ready:
+            return False
+        return time.monotonic() - self._ready_at[self._ready[0]] >= self._max_wait
+
     def _held_for(self) -> float | None:
         """How much longer the keys that are not new wait (None: serve them now)."""
         if not self._new_processing or self._hold <= 0:
             self._holding_since = None
             return None
-        now = asyncio.get_running_loop().time()
+        now = time.monotonic()
         if self._holding_since is None:
             self._holding_since = now
         left = self._holding_since + self._hold - now

@@ -144,3 +144,14 @@ async def test_a_new_key_queued_again_by_done_or_add_after_is_not_new() -> None:
     assert await queue.get() == "n"  # re-queued, not new: holds nothing back
     queue.add("a")
     assert await asyncio.wait_for(queue.get(), 0.01) == "a"
+
+
+async def test_a_key_ready_for_max_wait_seconds_is_served_before_new_ones() -> None:
+    queue: workqueue.WorkQueue[str] = workqueue.WorkQueue(hold=10, max_wait=0.05)
+    queue.add("old")
+    queue.add("new-1", new=True)
+    queue.add("new-2", new=True)
+    assert await queue.get() == "new-1"
+    await asyncio.sleep(0.06)
+    assert await asyncio.wait_for(queue.get(), 0.01) == "old"  # overdue: before new-2, despite the hold
+    assert await queue.get() == "new-2"
