@@ -125,16 +125,8 @@ def test_a_step_timeline_writes_one_row_per_step_with_the_loops_parts_on_every_r
 
 
 def cpu_rank(rank: int, *, of: int) -> distributed.WorkerContext:
-    """A rank's context on one CPU node, for the timeline alone (no process group is needed)."""
-    return distributed.WorkerContext(
-        rank=rank,
-        world_size=of,
-        local_rank=rank,
-        local_world_size=of,
-        node_rank=0,
-        device=torch.device("cpu"),
-        backend="gloo",
-    )
+    ctx: distributed.WorkerContext = trainer_support.cpu_context(rank, of)
+    return ctx
 
 
 def test_a_timeline_cut_short_by_the_end_of_training_writes_the_steps_it_has(tmp_path: pathlib.Path) -> None:

@@ -13,9 +13,9 @@ import time
 from typing import Any
 
 import pytest
-import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+import trainer_support
 
 from trainop.api import trainingjob
 from trainop_trainer import distributed, preempt, step_schedule, switches
@@ -36,15 +36,8 @@ def spec(**checkpoint: Any) -> trainingjob.TrainingJobSpec:
 
 
 def context(rank: int = 0, world_size: int = 1) -> distributed.WorkerContext:
-    return distributed.WorkerContext(
-        rank=rank,
-        world_size=world_size,
-        local_rank=rank,
-        local_world_size=world_size,
-        node_rank=0,
-        device=torch.device("cpu"),
-        backend="gloo",
-    )
+    ctx: distributed.WorkerContext = trainer_support.cpu_context(rank, world_size)
+    return ctx
 
 
 def schedule(tmp_path: pathlib.Path, job: trainingjob.TrainingJobSpec) -> step_schedule.StepSchedule:

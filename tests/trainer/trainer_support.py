@@ -245,7 +245,6 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 def world_of_one() -> Iterator[Any]:
     """A gloo process group of one rank in this process (the Checkpointer's DCP collectives need one);
     yields the rank's ``WorkerContext`` on the CPU."""
-    import torch
     import torch.distributed as dist
 
     from trainop_trainer import distributed
@@ -258,14 +257,23 @@ def world_of_one() -> Iterator[Any]:
         timeout=datetime.timedelta(seconds=60),
     )
     try:
-        yield distributed.WorkerContext(
-            rank=0,
-            world_size=1,
-            local_rank=0,
-            local_world_size=1,
-            node_rank=0,
-            device=torch.device("cpu"),
-            backend="gloo",
-        )
+        yield cpu_context()
     finally:
         dist.destroy_process_group()
+
+
+def cpu_context(rank: int = 0, world_size: int = 1) -> Any:
+    """The ``WorkerContext`` of a rank of a one-node gloo world on the CPU (no process group is made)."""
+    import torch
+
+    from trainop_trainer import distributed
+
+    return distributed.WorkerContext(
+        rank=rank,
+        world_size=world_size,
+        local_rank=rank,
+        local_world_size=world_size,
+        node_rank=0,
+        device=torch.device("cpu"),
+        backend="gloo",
+    )

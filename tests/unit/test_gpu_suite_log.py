@@ -4,25 +4,13 @@ not the one that ends at the line's step. Hand-written log lines; nothing else i
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-import sys
 from types import ModuleType
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+import bench_scripts
 
 
 def load() -> ModuleType:
-    sys.path.insert(0, str(REPO / "bench" / "gpu"))  # suite.py imports its sibling diagnosis.py
-    try:
-        spec = importlib.util.spec_from_file_location("gpu_suite", REPO / "bench" / "gpu" / "suite.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["gpu_suite"] = module  # its dataclasses look their module up
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(REPO / "bench" / "gpu"))
+    return bench_scripts.load("suite.py", "gpu_suite")
 
 
 def line(step: int, rate: str, window: tuple[int, int] | None = None) -> str:

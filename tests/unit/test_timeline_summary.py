@@ -6,23 +6,16 @@ is needed.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import pathlib
 from types import ModuleType
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+import bench_scripts
 
 
 def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "timeline_summary", REPO / "bench" / "gpu" / "timeline_summary.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_scripts.load("timeline_summary.py", "timeline_summary")
 
 
 def row(

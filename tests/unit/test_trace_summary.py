@@ -7,25 +7,17 @@ copies with correlation ids and streams) whose answer is known; nothing else is 
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 import pathlib
 from types import ModuleType
 from typing import Any
 
+import bench_scripts
 import pytest
-
-REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "trace_summary", REPO / "bench" / "gpu" / "trace_summary.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_scripts.load("trace_summary.py", "trace_summary")
 
 
 def x(

@@ -52,6 +52,7 @@ import threading
 import time
 import traceback
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -85,15 +86,20 @@ def section(name: str) -> contextlib.AbstractContextManager[Any]:
     return _NO_SECTION
 
 
-def process_facts(device: torch.device) -> dict[str, Any]:
-    """What a process trains with, beyond its code: threads, CPUs, devices, the variables that matter."""
+def _task_names() -> Iterator[tuple[int, str]]:
+    """(thread id, thread name) of each thread of this process, from ``/proc/self/task`` (none without it)."""
     task = pathlib.Path("/proc/self/task")
-    names: dict[str, int] = {}
     for entry in task.iterdir() if task.is_dir() else []:
         try:
-            name = (entry / "comm").read_text().strip()
-        except OSError:
+            yield int(entry.name), (entry / "comm").read_text().strip()
+        except OSError:  # the thread has ended
             continue
+
+
+def process_facts(device: torch.device) -> dict[str, Any]:
+    """What a process trains with, beyond its code: threads, CPUs, devices, the variables that matter."""
+    names: dict[str, int] = {}
+    for _, name in _task_names():
         names[name] = names.get(name, 0) + 1
     facts: dict[str, Any] = {
         "pid": os.getpid(),
@@ -236,14 +242,10 @@ def _thread_clocks(device: torch.device) -> dict[str, _ThreadClock]:
     if device.type == "cuda":
         wanted[f"pt_autograd_{device.index or 0}"] = "autograd"
     tids = {"main": threading.get_native_id()}
-    task = pathlib.Path("/proc/self/task")
-    for entry in task.iterdir() if task.is_dir() else []:
-        try:
-            name = wanted.get((entry / "comm").read_text().strip())
-        except OSError:
-            continue
+    for tid, thread in _task_names():
+        name = wanted.get(thread)
         if name is not None and name not in tids:
-            tids[name] = int(entry.name)
+            tids[name] = tid
     clocks = {}
     for name, tid in tids.items():
         try:

@@ -90,7 +90,7 @@ class Engine:
             return
         self.owner_metrics.observe(kind, body)
         if event_type is None or needs_reconcile(body):
-            self.queue.add(key, new=not (body.get("status") or {}).get("phase"))
+            self.queue.add(key, new=never_reconciled(body))
 
     def child_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
         meta = body["metadata"]
@@ -160,10 +160,15 @@ def needs_reconcile(body: Mapping[str, Any]) -> bool:
     (the trainer's status writes are otherwise none of the operator's business)."""
     status: Mapping[str, Any] = body.get("status") or {}
     return (
-        not status.get("phase")
+        never_reconciled(body)
         or status.get("observedGeneration") != body["metadata"].get("generation")
         or _storage_check_unseen(status)
     )
+
+
+def never_reconciled(body: Mapping[str, Any]) -> bool:
+    """No reconcile has recorded a phase on this owner yet (its first one creates its children)."""
+    return not (body.get("status") or {}).get("phase")
 
 
 def _storage_check_unseen(status: Mapping[str, Any]) -> bool:
