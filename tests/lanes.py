@@ -1,20 +1,28 @@
-"""``make test`` as two pytest processes at once: the tiers that wait run beside the tiers that compute.
+"""``make test`` as three pytest processes at once: the tiers that wait run beside the tiers that compute.
 
-One pytest process is single-threaded: the unit and chart tiers (about 1,100 tests, ~11 minutes on the
-2-core dev box) keep one core busy and leave the other idle, and the control-plane tier spends most of its
-time waiting on watches. So ``make test`` runs two *lanes* of the same suite side by side:
+One pytest process is single-threaded: the unit and chart tiers (about 1,200 tests, ~11 minutes on the
+2-core dev box) keep one core busy, the control-plane tiers spend most of their time waiting on watches,
+and the e2e scenarios (their own cluster bed, Ray clusters as pods) waited for all of them to end before
+they began. So ``make test`` runs three *lanes* of the same suite side by side:
 
-- ``cluster``: ``-m "controlplane or ray or e2e"`` (control plane, node agent, Ray, e2e, monitoring), in
+- ``cluster``: ``-m "(controlplane or ray) and not e2e"`` (control plane, node agent, Ray, monitoring), in
   the foreground, printed as it runs;
+- ``e2e``: ``-m "e2e"`` (the e2e scenarios on their own cluster bed, tests/clusterbed), from the start,
+  at the same CPU priority as the cluster lane: it is the longest lane;
 - ``unit``: ``-m "not controlplane and not ray and not e2e"`` (unit, chart), at a lower CPU priority
-  (``nice``; ``TRAINOP_LANE_NICE``, default 10) so the cluster lane's timing-sensitive scenarios keep the
-  cores when both want them; its output goes to ``out/test-lane-unit.log`` and is printed when it ends.
+  (``nice``; ``TRAINOP_LANE_NICE``, default 10) so the timing-sensitive scenarios keep the cores when
+  all want them.
 
-The two marker expressions are complements: every collected test runs in exactly one lane. Each lane
+The background lanes' output goes to ``out/test-lane-<name>.log``; every ``PROGRESS_EVERY_S`` seconds the
+runner prints each running background lane's last line (so a run that is cut short still shows where
+every lane was), and each log is printed whole when its lane ends. A SIGTERM or Ctrl-C stops every lane
+and prints the background logs' tails.
+
+The three marker expressions are complements: every collected test runs in exactly one lane. Each lane
 writes its own tier summary; the merged summary (outcomes added up; a test counts as deselected only if
 *every* lane deselected it) goes to ``$TRAINOP_TIER_SUMMARY``, and under ``CI=true`` the same gate as a
-single run (``tests/tier_gate.check``) judges it: a tier that ran in neither lane, a skip outside the
-allow-list or a failure in either lane makes the run red.
+single run (``tests/tier_gate.check``) judges it: a tier that ran in no lane, a skip outside the
+allow-list or a failure in any lane makes the run red.
 
 ``TRAINOP_TEST_LANES=1`` (``make test TEST_LANES=1``) or a ``-m`` in the arguments runs one plain pytest.
 """
@@ -40,21 +48,31 @@ DEFAULT_SUMMARY = Path("out/test-tiers.json")
 NO_TESTS = 5
 
 
+#: Seconds between the runner's progress lines about the background lanes.
+PROGRESS_EVERY_S = 300.0
+#: Lines of a background lane's log printed when the run is stopped before it ended.
+TAIL_LINES = 60
+
+
 @dataclasses.dataclass(frozen=True)
 class Lane:
     name: str
     marker: str
     background: bool
+    #: Runs under ``nice`` (its level from ``TRAINOP_LANE_NICE``) when True.
+    niced: bool = False
 
 
 LANES = (
-    Lane("cluster", "controlplane or ray or e2e", background=False),
-    Lane("unit", "not controlplane and not ray and not e2e", background=True),
+    Lane("cluster", "(controlplane or ray) and not e2e", background=False),
+    Lane("e2e", "e2e", background=True),
+    Lane("unit", "not controlplane and not ray and not e2e", background=True, niced=True),
 )
 
 
-def merge(summaries: list[dict[str, Any]]) -> dict[str, Any]:
-    """One summary for the whole run from the lanes' summaries (same format as a single run's)."""
+def merge(summaries: list[dict[str, Any]], names: list[str] | None = None) -> dict[str, Any]:
+    """One summary for the whole run from the lanes' summaries (same format as a single run's); ``names``
+    are the lanes', in the same order (default: their positions)."""
     tiers: dict[str, dict[str, int]] = {}
     for summary in summaries:
         for tier, counts in summary["tiers"].items():
@@ -83,8 +101,8 @@ def merge(summaries: list[dict[str, Any]]) -> dict[str, Any]:
         "skipped": [skip for summary in summaries for skip in summary["skipped"]],
         "deselected": deselected,
         "lanes": {
-            lane.name: {"exitstatus": s["exitstatus"], "seconds": round(s["finished"] - s["started"], 1)}
-            for lane, s in zip(LANES, summaries, strict=True)
+            name: {"exitstatus": s["exitstatus"], "seconds": round(s["finished"] - s["started"], 1)}
+            for name, s in zip(names or [str(i) for i in range(len(summaries))], summaries, strict=True)
         },
     }
 
@@ -97,9 +115,76 @@ def _single(args: list[str]) -> int:
     return subprocess.call([sys.executable, "-m", "pytest", *args])
 
 
+def _last_line(log: Path) -> str:
+    """The last non-empty line of a lane's log (its pytest progress), read from the file's end."""
+    try:
+        with log.open("rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - 4096))
+            lines = [line for line in handle.read().decode(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return "(no log yet)"
+    return lines[-1] if lines else "(no output yet)"
+
+
+def _tail(log: Path, lines: int = TAIL_LINES) -> str:
+    try:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as error:
+        return f"(log not readable: {error})"
+
+
+def _stop(processes: dict[str, subprocess.Popen[bytes]], logs: dict[str, Path], why: str) -> None:
+    """Stop every lane still running (SIGINT to its process group: pytest finishes its fixtures), then
+    print what the background lanes had written last."""
+    print(f"\nlanes: {why}: stopping every lane", flush=True)
+    for process in processes.values():
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGINT)
+    for process in processes.values():
+        try:
+            process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    for name, log in logs.items():
+        print(
+            f"\n{'=' * 30} lane {name}, last {TAIL_LINES} lines: {log} {'=' * 30}\n{_tail(log)}", flush=True
+        )
+
+
+def _wait(
+    processes: dict[str, subprocess.Popen[bytes]], logs: dict[str, Path], started: float
+) -> dict[str, int]:
+    """Every lane's exit status; prints each background lane's log when it ends and, every
+    ``PROGRESS_EVERY_S``, a line per background lane still running."""
+    statuses: dict[str, int] = {}
+    next_progress = time.monotonic() + PROGRESS_EVERY_S
+    while len(statuses) < len(processes):
+        for name, process in processes.items():
+            if name in statuses or process.poll() is None:
+                continue
+            statuses[name] = process.returncode
+            if name in logs:
+                print(f"\n{'=' * 30} lane {name} (exit status {statuses[name]}): {logs[name]} {'=' * 30}")
+                sys.stdout.write(logs[name].read_text(errors="replace"))
+                sys.stdout.flush()
+        if time.monotonic() >= next_progress:
+            next_progress += PROGRESS_EVERY_S
+            elapsed = time.monotonic() - started
+            for name, log in logs.items():
+                if name not in statuses:
+                    print(
+                        f"\n[lanes {elapsed:.0f} s] lane {name} runs; its last line: {_last_line(log)}",
+                        flush=True,
+                    )
+        time.sleep(1.0)
+    return statuses
+
+
 def run(args: list[str]) -> int:
-    """Both lanes at once; returns the exit status ``make test`` should have."""
-    if os.environ.get(LANES_ENV, "2") == "1" or any(a.startswith("-m") for a in args):
+    """Every lane at once; returns the exit status ``make test`` should have."""
+    if os.environ.get(LANES_ENV, "3") == "1" or any(a.startswith("-m") for a in args):
         return _single(args)
     summary_path = Path(os.environ.get(tier_gate.SUMMARY_ENV) or DEFAULT_SUMMARY)
     summary_path.parent.mkdir(parents=True, exist_ok=True)
@@ -112,34 +197,31 @@ def run(args: list[str]) -> int:
         lane_summary.unlink(missing_ok=True)
         env = {**os.environ, tier_gate.LANE_ENV: lane.name, tier_gate.SUMMARY_ENV: str(lane_summary)}
         command = [sys.executable, "-m", "pytest", "-m", lane.marker, *args]
+        if lane.niced:
+            command = ["nice", "-n", str(nice), *command]
         if lane.background:
             logs[lane.name] = summary_path.parent / f"test-lane-{lane.name}.log"
             out = logs[lane.name].open("wb")
             processes[lane.name] = subprocess.Popen(
-                ["nice", "-n", str(nice), *command],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
+                command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )
             out.close()
-            print(
-                f"lane {lane.name} (-m '{lane.marker}', nice {nice}) runs beside this one: {logs[lane.name]}"
-            )
+            niced = f", nice {nice}" if lane.niced else ""
+            print(f"lane {lane.name} (-m '{lane.marker}'{niced}) runs beside this one: {logs[lane.name]}")
         else:
             processes[lane.name] = subprocess.Popen(command, env=env, start_new_session=True)
+
+    def on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, on_term)
     try:
-        statuses = {name: process.wait() for name, process in processes.items()}
-    except KeyboardInterrupt:
-        for process in processes.values():
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGINT)
-        for process in processes.values():
-            process.wait()
+        statuses = _wait(processes, logs, started)
+    except KeyboardInterrupt as stopped:
+        _stop(processes, logs, f"interrupted ({stopped or 'Ctrl-C'})")
         raise
-    for name, log in logs.items():
-        print(f"\n{'=' * 30} lane {name} (exit status {statuses[name]}): {log} {'=' * 30}")
-        sys.stdout.write(log.read_text(errors="replace"))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(f"\nlanes: {statuses}, {time.monotonic() - started:.0f} s in all")
 
     summaries: list[dict[str, Any]] = []
@@ -153,9 +235,9 @@ def run(args: list[str]) -> int:
             summary_path.unlink(missing_ok=True)
             return statuses[lane.name] or 1
         summaries.append(json.loads(path.read_text()))
-    merged = merge(summaries)
+    merged = merge(summaries, [lane.name for lane in LANES])
     summary_path.write_text(json.dumps(merged, indent=1) + "\n")
-    print("\n".join(["tests per tier, both lanes:", *tier_gate.table(merged)]))
+    print("\n".join(["tests per tier, every lane:", *tier_gate.table(merged)]))
     status = int(merged["exitstatus"])
     if tier_gate.in_ci():
         problems = tier_gate.check({**merged, "exitstatus": 0})

@@ -32,7 +32,7 @@ REQUIRED_TIERS = ("unit", "controlplane", "nodeagent", "ray", "e2e", "chart", "m
 #: Tests carrying this marker may skip in CI, and only they (they need a CUDA GPU).
 ALLOWED_SKIP_MARKER = "gpu"
 SUMMARY_ENV = "TRAINOP_TIER_SUMMARY"
-#: Set by tests/lanes.py in each of ``make test``'s two pytest processes (the lane's name): the plugin then
+#: Set by tests/lanes.py in each of ``make test``'s pytest processes (the lane's name): the plugin then
 #: leaves the gate to the lanes runner, which judges the merged summary.
 LANE_ENV = "TRAINOP_TIER_LANE"
 SUMMARY_VERSION = 1

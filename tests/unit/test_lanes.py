@@ -1,4 +1,4 @@
-"""``make test``'s two lanes (tests/lanes.py): every test runs in exactly one, and the merged summary is
+"""``make test``'s lanes (tests/lanes.py): every test runs in exactly one, and the merged summary is
 judged by CI's gate as a single run's would be."""
 
 from __future__ import annotations
@@ -74,3 +74,22 @@ def test_ci_refuses_a_merged_run_in_which_a_tier_ran_in_neither_lane() -> None:
     assert tier_gate.check(merged) == [
         "tier nodeagent: no test passed (none collected): it did not run, which CI does not accept"
     ]
+
+
+def test_the_merge_names_each_lane_and_the_e2e_tier_has_a_lane_of_its_own() -> None:
+    names = [lane.name for lane in lanes.LANES]
+    merged = lanes.merge([summary({"unit": {"passed": 1}}, []) for _ in names], names)
+    assert list(merged["lanes"]) == names
+    (e2e,) = [
+        lane for lane in lanes.LANES if Expression.compile(lane.marker).evaluate(lambda m, **_: m == "e2e")
+    ]
+    assert e2e.background and not e2e.niced  # the longest lane: from the start, at full priority
+
+
+def test_a_background_lanes_progress_line_is_the_last_line_of_its_log(tmp_path: Any) -> None:
+    log = tmp_path / "lane.log"
+    assert lanes._last_line(log) == "(no log yet)"
+    log.write_text("")
+    assert lanes._last_line(log) == "(no output yet)"
+    log.write_text("x" * 10_000 + "\ne2e/test_failures.py ..\n\n")
+    assert lanes._last_line(log) == "e2e/test_failures.py .."
