@@ -3,8 +3,8 @@
 Each scenario is something that happens on a real cluster, caused the way it is caused there, with
 KubeRay's own controller, the real scheduler and the node agent's pods: a GPU no node has, an image that
 cannot be pulled, a job suspended and resumed, pods that do not fit one node while their ReadWriteOnce
-claim holds them to one, a worker pod deleted (a drained node), the head pod deleted. The tests assert on
-what a user sees: phase, conditions, Events, attempts, the resumed step.
+claim holds them to one, the head pod deleted (a deleted worker pod: e2e/test_failures.py). The tests
+assert on what a user sees: phase, conditions, Events, attempts, the resumed step.
 """
 
 from __future__ import annotations
@@ -192,28 +192,10 @@ def test_a_suspended_job_loses_its_ray_cluster_and_resumes_from_its_checkpoint(e
 
 
 # ------------------------------------------------------------------------------------- pods deleted
-def act_delete_a_worker_pod(run: Scenario) -> dict[str, Any]:
-    run.apply(MANIFESTS / "mlp-long.yaml")
-    run.wait_for(lambda obj: phase(obj) == "Running", timeout_s=START_TIMEOUT_S, what="phase Running")
-    before = run.wait_for_checkpoint_on_volume(attempt=1)
-    run.delete_pod(attempt=1, node_type="worker")
-    final = run.wait_until_finished(timeout_s=RUN_TIMEOUT_S)
-    return {"before": before, "final": final}
-
-
-@acts(act_delete_a_worker_pod)
-def test_a_deleted_worker_pod_is_replaced_and_training_resumes_from_the_checkpoint(
-    e2e_script: ScriptRun,
-) -> None:
-    run, facts = e2e_script.outcome()
-    final = facts["final"]
-    assert phase(final) == "Succeeded", status(final)
-    s = status(final)
-    assert s["progress"]["step"] == LONG_STEPS
-    resumed = resumes(run)
-    assert resumed and resumed[-1]["step"] >= facts["before"], (facts["before"], resumed)
-
-
+# A deleted worker pod (kubectl delete pod with its 30 s grace period, as a drained node or a spot reclaim
+# does) is the second half of e2e/test_failures.py's stall + preemption scenario, which asserts more of it
+# (the attempt's Preempted failure, the resume from the SIGTERM's own checkpoint); it had a scenario of its
+# own here until 2026-11-29, a Ray cluster and two attempts for a subset of those assertions.
 def act_delete_the_head_pod(run: Scenario) -> dict[str, Any]:
     run.apply(MANIFESTS / "mlp-long.yaml")
     run.wait_for(lambda obj: phase(obj) == "Running", timeout_s=START_TIMEOUT_S, what="phase Running")
