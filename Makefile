@@ -7,8 +7,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
-# make test: 3 runs the e2e tier and the unit and chart tiers beside the others (tests/lanes.py), 1 runs one plain pytest
-TEST_LANES ?= 3
+# make test: 2 runs the unit and chart tiers beside the others (tests/lanes.py), 1 runs one plain pytest
+TEST_LANES ?= 2
 KUBECONFIG ?=
 E2E_REAL_CLUSTER ?=
 
@@ -59,7 +59,7 @@ test-unit: $(STAMP) ## fast tier: no control plane, no Ray
 	$(PY) -m pytest -m "not controlplane and not ray and not e2e" $(PYTEST_ARGS)
 
 .PHONY: test
-test: $(STAMP) controlplane ## every test: unit, real control plane, real Ray, e2e, chart, monitoring, in three lanes at once (tests/lanes.py; TEST_LANES=1: one pytest); per-tier counts at the end
+test: $(STAMP) controlplane ## every test: unit, real control plane, real Ray, e2e, chart, monitoring, in two lanes at once (tests/lanes.py; TEST_LANES=1: one pytest); per-tier counts at the end
 	TRAINOP_TEST_LANES=$(TEST_LANES) $(PY) -m tests.lanes $(PYTEST_ARGS)
 
 .PHONY: e2e

@@ -76,14 +76,10 @@ def test_ci_refuses_a_merged_run_in_which_a_tier_ran_in_neither_lane() -> None:
     ]
 
 
-def test_the_merge_names_each_lane_and_the_e2e_tier_has_a_lane_of_its_own() -> None:
+def test_the_merge_names_each_lane() -> None:
     names = [lane.name for lane in lanes.LANES]
     merged = lanes.merge([summary({"unit": {"passed": 1}}, []) for _ in names], names)
     assert list(merged["lanes"]) == names
-    (e2e,) = [
-        lane for lane in lanes.LANES if Expression.compile(lane.marker).evaluate(lambda m, **_: m == "e2e")
-    ]
-    assert e2e.background and not e2e.niced  # the longest lane: from the start, at full priority
 
 
 def test_a_background_lanes_progress_line_is_the_last_line_of_its_log(tmp_path: Any) -> None:
