@@ -44,7 +44,10 @@ from tests.clusterbed import images as bed_images
 pytestmark = pytest.mark.e2e
 
 MANIFEST = Path(__file__).parent / "manifests" / "mlp-long.yaml"
-MAX_STEPS = 8000
+# The stall lands after the first checkpoint (1,000) and the preemption's checkpoint a few hundred steps after
+# the restarted group's first report (1,222 in the run of 2026-11-26 19:15): 4,000 leaves attempt 2 over 2,500
+# steps to resume into. (8,000 until 2026-11-29: ~4,000 steps, ~100 CPU-seconds, of padding.)
+MAX_STEPS = 4000
 CHECKPOINT_EVERY = 1000
 START_TIMEOUT_S = 300
 RECOVERY_TIMEOUT_S = 300
