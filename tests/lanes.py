@@ -59,19 +59,16 @@ class Lane:
     name: str
     marker: str
     background: bool
-    #: Runs under ``nice`` (its level from ``TRAINOP_LANE_NICE``) when True.
-    niced: bool = False
 
 
 LANES = (
     Lane("cluster", "controlplane or ray or e2e", background=False),
-    Lane("unit", "not controlplane and not ray and not e2e", background=True, niced=True),
+    Lane("unit", "not controlplane and not ray and not e2e", background=True),
 )
 
 
-def merge(summaries: list[dict[str, Any]], names: list[str] | None = None) -> dict[str, Any]:
-    """One summary for the whole run from the lanes' summaries (same format as a single run's); ``names``
-    are the lanes', in the same order (default: their positions)."""
+def merge(summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    """One summary for the whole run from the lanes' summaries (same format as a single run's)."""
     tiers: dict[str, dict[str, int]] = {}
     for summary in summaries:
         for tier, counts in summary["tiers"].items():
@@ -100,8 +97,8 @@ def merge(summaries: list[dict[str, Any]], names: list[str] | None = None) -> di
         "skipped": [skip for summary in summaries for skip in summary["skipped"]],
         "deselected": deselected,
         "lanes": {
-            name: {"exitstatus": s["exitstatus"], "seconds": round(s["finished"] - s["started"], 1)}
-            for name, s in zip(names or [str(i) for i in range(len(summaries))], summaries, strict=True)
+            lane.name: {"exitstatus": s["exitstatus"], "seconds": round(s["finished"] - s["started"], 1)}
+            for lane, s in zip(LANES, summaries, strict=True)
         },
     }
 
@@ -114,23 +111,21 @@ def _single(args: list[str]) -> int:
     return subprocess.call([sys.executable, "-m", "pytest", *args])
 
 
+def _tail(log: Path, lines: int = TAIL_LINES) -> list[str]:
+    """The last ``lines`` non-empty lines of a lane's log, read from the file's end (at most 64 KiB)."""
+    with log.open("rb") as handle:
+        handle.seek(max(0, handle.seek(0, os.SEEK_END) - 65536))
+        text = handle.read().decode(errors="replace")
+    return [line for line in text.splitlines() if line.strip()][-lines:]
+
+
 def _last_line(log: Path) -> str:
-    """The last non-empty line of a lane's log (its pytest progress), read from the file's end."""
+    """A running lane's progress: the last non-empty line of its log."""
     try:
-        with log.open("rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, handle.tell() - 4096))
-            lines = [line for line in handle.read().decode(errors="replace").splitlines() if line.strip()]
+        tail = _tail(log, 1)
     except OSError:
         return "(no log yet)"
-    return lines[-1] if lines else "(no output yet)"
-
-
-def _tail(log: Path, lines: int = TAIL_LINES) -> str:
-    try:
-        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
-    except OSError as error:
-        return f"(log not readable: {error})"
+    return tail[0] if tail else "(no output yet)"
 
 
 def _stop(processes: dict[str, subprocess.Popen[bytes]], logs: dict[str, Path], why: str) -> None:
@@ -147,9 +142,11 @@ def _stop(processes: dict[str, subprocess.Popen[bytes]], logs: dict[str, Path], 
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
     for name, log in logs.items():
-        print(
-            f"\n{'=' * 30} lane {name}, last {TAIL_LINES} lines: {log} {'=' * 30}\n{_tail(log)}", flush=True
-        )
+        try:
+            tail = "\n".join(_tail(log))
+        except OSError as error:
+            tail = f"(log not readable: {error})"
+        print(f"\n{'=' * 30} lane {name}, last {TAIL_LINES} lines: {log} {'=' * 30}\n{tail}", flush=True)
 
 
 def _wait(
@@ -191,36 +188,41 @@ def run(args: list[str]) -> int:
     started = time.monotonic()
     processes: dict[str, subprocess.Popen[bytes]] = {}
     logs: dict[str, Path] = {}
+
+    def on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    # Before the lanes start: a runner started with SIGINT ignored (a background job of a non-interactive
+    # shell) would pass the ignore on to the pytest processes, and the SIGINT that stops them would not.
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    previous_term = signal.signal(signal.SIGTERM, on_term)
     for lane in LANES:
         lane_summary = _lane_summary_path(summary_path, lane)
         lane_summary.unlink(missing_ok=True)
         env = {**os.environ, tier_gate.LANE_ENV: lane.name, tier_gate.SUMMARY_ENV: str(lane_summary)}
         command = [sys.executable, "-m", "pytest", "-m", lane.marker, *args]
-        if lane.niced:
-            command = ["nice", "-n", str(nice), *command]
         if lane.background:
+            command = ["nice", "-n", str(nice), *command]
             logs[lane.name] = summary_path.parent / f"test-lane-{lane.name}.log"
             out = logs[lane.name].open("wb")
             processes[lane.name] = subprocess.Popen(
                 command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )
             out.close()
-            niced = f", nice {nice}" if lane.niced else ""
-            print(f"lane {lane.name} (-m '{lane.marker}'{niced}) runs beside this one: {logs[lane.name]}")
+            print(
+                f"lane {lane.name} (-m '{lane.marker}', nice {nice}) runs beside this one: {logs[lane.name]}"
+            )
         else:
             processes[lane.name] = subprocess.Popen(command, env=env, start_new_session=True)
 
-    def on_term(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = signal.signal(signal.SIGTERM, on_term)
     try:
         statuses = _wait(processes, logs, started)
     except KeyboardInterrupt as stopped:
         _stop(processes, logs, f"interrupted ({stopped or 'Ctrl-C'})")
-        raise
+        return 130
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, previous_term)
+        signal.signal(signal.SIGINT, previous_int)
     print(f"\nlanes: {statuses}, {time.monotonic() - started:.0f} s in all")
 
     summaries: list[dict[str, Any]] = []
@@ -234,7 +236,7 @@ def run(args: list[str]) -> int:
             summary_path.unlink(missing_ok=True)
             return statuses[lane.name] or 1
         summaries.append(json.loads(path.read_text()))
-    merged = merge(summaries, [lane.name for lane in LANES])
+    merged = merge(summaries)
     summary_path.write_text(json.dumps(merged, indent=1) + "\n")
     print("\n".join(["tests per tier, every lane:", *tier_gate.table(merged)]))
     status = int(merged["exitstatus"])

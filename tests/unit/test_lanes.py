@@ -78,7 +78,7 @@ def test_ci_refuses_a_merged_run_in_which_a_tier_ran_in_neither_lane() -> None:
 
 def test_the_merge_names_each_lane() -> None:
     names = [lane.name for lane in lanes.LANES]
-    merged = lanes.merge([summary({"unit": {"passed": 1}}, []) for _ in names], names)
+    merged = lanes.merge([summary({"unit": {"passed": 1}}, []) for _ in names])
     assert list(merged["lanes"]) == names
 
 
