@@ -16,6 +16,8 @@ Registered from the root conftest. It owns:
   written as JSON to ``--tier-summary`` / ``$TRAINOP_TIER_SUMMARY`` and printed as a table at the end.
   Skips and deselections are repeated in one loud block, so a local ``make test`` that could not run a
   tier says so at the bottom, not once in the middle.
+- **the cost.** Each test's wall time and the machine's CPU time while it ran (tests/cost.py), written
+  beside the summary (``<summary>-cost.json``), the costliest printed at the end.
 - **the gate under CI.** With ``CI=true`` the run fails unless ``tier_gate.check`` accepts the summary
   (every tier passed something; no deselection; no skip outside the ``gpu`` allow-list).
 
@@ -36,7 +38,7 @@ from typing import Any
 
 import pytest
 
-from tests import tier_gate
+from tests import cost, tier_gate
 
 #: Seconds between pytest-timeout's soft limit (fail one test) and faulthandler's hard stop (end the run).
 HARD_STOP_GRACE_S = 120
@@ -91,6 +93,7 @@ class _RunState:
     skipped: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     deselected: list[dict[str, str]] = dataclasses.field(default_factory=list)
     problems: list[str] = dataclasses.field(default_factory=list)
+    costs: list[cost.Cost] = dataclasses.field(default_factory=list)
 
     def add(self, tier: str, outcome: str) -> None:
         self.counts.setdefault(tier, {}).setdefault(outcome, 0)
@@ -182,11 +185,21 @@ class _TierPlugin:
         if limit:
             # The backstop: if pytest-timeout's signal cannot interrupt the hang, dump and end the process.
             faulthandler.dump_traceback_later(limit + HARD_STOP_GRACE_S, exit=True, file=self.stderr_fd)
+        started, busy = time.monotonic(), cost.machine_busy_s()
         try:
             return (yield)
         finally:
             if limit:
                 faulthandler.cancel_dump_traceback_later()
+            now = cost.machine_busy_s()
+            self.state.costs.append(
+                cost.Cost(
+                    nodeid=item.nodeid,
+                    tier=self.state.tier_by_nodeid.get(item.nodeid, "unit"),
+                    wall_s=round(time.monotonic() - started, 3),
+                    cpu_s=None if busy is None or now is None else round(now - busy, 2),
+                )
+            )
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         tier = self.state.tier_by_nodeid.get(report.nodeid, "unit")
@@ -227,6 +240,7 @@ class _TierPlugin:
             path = Path(destination)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(summary, indent=1) + "\n")
+            cost.cost_path(path).write_text(json.dumps(cost.as_json(self.state.costs), indent=1) + "\n")
 
     def pytest_unconfigure(self) -> None:
         os.close(self.stderr_fd)
@@ -234,6 +248,11 @@ class _TierPlugin:
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int) -> None:
         if self.config.option.collectonly or not (self.state.tier_by_nodeid or self.state.deselected):
             return
+        costs = cost.table(self.state.costs, lane=os.environ.get(tier_gate.LANE_ENV))
+        if costs:
+            terminalreporter.section("what the tests cost the machine (costliest first)")
+            for line in costs:
+                terminalreporter.write_line(line)
         terminalreporter.section("tests per tier")
         for line in tier_gate.table(self.state.summary(exitstatus=exitstatus, args=[])):
             terminalreporter.write_line(line)
