@@ -15,6 +15,7 @@ import pathlib
 import re
 import subprocess
 import threading
+import time
 import warnings
 
 import pytest
@@ -162,6 +163,12 @@ def test_a_followed_thread_that_ends_mid_window_is_dropped_and_the_timeline_goes
     timeline.after_step(2)
     release.set()
     helper.join()
+    # join() returns when Python is done with the thread; the kernel task goes a moment later (CI of
+    # 2026-11-29 read it once more). The case under test is a thread the kernel no longer has.
+    gone_by = time.monotonic() + 10
+    while os.path.exists(f"/proc/self/task/{helper.native_id}") and time.monotonic() < gone_by:
+        time.sleep(0.01)
+    assert not os.path.exists(f"/proc/self/task/{helper.native_id}"), "the task outlived join() by 10 s"
     timeline.after_step(3)
     timeline.close()
     _, *rows = (json.loads(line) for line in (tmp_path / "rank0.timeline.jsonl").read_text().splitlines())
