@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -56,3 +57,17 @@ def ray_cluster(s3_server: S3Server) -> Iterator[str]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@pytest.fixture(scope="session", params=["ddp", "fsdp"])
+def uninterrupted(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[str, Any]:
+    """``(strategy, final parameters)`` of the exact-resume reference (``trainer_support.uninterrupted_run``),
+    once per strategy for the session: test_trainer_ray.py and test_trainer_s3.py compare against the same
+    run. A test picks its strategy: ``@pytest.mark.parametrize("uninterrupted", [...], indirect=True)``."""
+    import trainer_support
+
+    strategy: str = request.param
+    storage = tmp_path_factory.mktemp(f"uninterrupted-{strategy}")
+    return strategy, trainer_support.uninterrupted_run(storage, strategy)

@@ -5,7 +5,7 @@ versitygw (tests/objectstore); its credentials are in Ray's environment as the o
 into every Ray container (tests/trainer/conftest.py). Everything the run writes — DCP checkpoints, the
 commit marker, events, status.json, Ray Train's own files — goes to the bucket; the tests read it back
 through the S3 API. Worker failures are real process deaths; nothing is mocked. The references are the
-same uninterrupted torchrun runs on a local directory as in ``test_trainer_ray.py``.
+same uninterrupted torchrun runs on a local directory as in ``test_trainer_ray.py`` (once per session).
 """
 
 from __future__ import annotations
@@ -14,16 +14,18 @@ import pathlib
 
 import pytest
 import trainer_support
-from test_trainer_ray import Params, bitwise_equal, exact_config, uninterrupted
+from test_trainer_ray import Params, bitwise_equal, exact_config
 
 from tests.objectstore.server import S3Server
 from trainop_trainer import ray_train, storage
 
 pytestmark = pytest.mark.ray
 
-__all__ = ["uninterrupted"]  # the reference runs (a fixture of test_trainer_ray, parametrized ddp/fsdp)
+# One strategy per test here, the other one in test_trainer_ray.py (see there): a killed worker with FSDP2
+# (each rank writes its own shard to the bucket), a new attempt with DDP.
 
 
+@pytest.mark.parametrize("uninterrupted", ["fsdp"], indirect=True)
 def test_on_s3_a_killed_worker_is_restarted_and_training_ends_bitwise_equal_to_an_uninterrupted_run(
     ray_cluster: str, s3_server: S3Server, uninterrupted: tuple[str, Params], tmp_path: pathlib.Path
 ) -> None:
@@ -43,6 +45,7 @@ def test_on_s3_a_killed_worker_is_restarted_and_training_ends_bitwise_equal_to_a
     assert not (tmp_path / "exact-resume").exists()  # nothing went to the local directory
 
 
+@pytest.mark.parametrize("uninterrupted", ["ddp"], indirect=True)
 def test_on_s3_a_new_attempt_resumes_bitwise_exactly_from_the_bucket(
     ray_cluster: str, s3_server: S3Server, uninterrupted: tuple[str, Params], tmp_path: pathlib.Path
 ) -> None:

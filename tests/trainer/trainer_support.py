@@ -93,6 +93,43 @@ def mlp_config(
     )
 
 
+def exact_config(
+    storage: pathlib.Path, strategy: str = "ddp", **overrides: Any
+) -> trainer_config.TrainerConfig:
+    """60 steps of the MLP, checkpoints every 10 steps, 2 workers: the same math in every exact-resume test
+    (with FSDP2 the MLP's layers are sharded over the 2 ranks, and so are the checkpoints)."""
+    return mlp_config(
+        storage,
+        "exact-resume",
+        max_steps=60,
+        interval_steps=10,
+        parallelism={"strategy": strategy},
+        **overrides,
+    )
+
+
+def uninterrupted_run(storage: pathlib.Path, strategy: str) -> dict[str, Any]:
+    """The reference of the exact-resume tests: :func:`exact_config`'s 60 steps on 2 ranks without
+    interruption, the same Trainer under torchrun instead of Ray Train (8 s instead of 25 s here). Ray Train
+    must reproduce it bit for bit, so every equality to it also checks that the launcher does not change
+    the math. The final model's parameters."""
+    import subprocess
+
+    config = exact_config(storage, strategy)
+    path = write_config(config, storage / "trainer.json")
+    command = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    done = subprocess.run(
+        [*command, "-m", "trainop_trainer.launch", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=subprocess_env(OMP_NUM_THREADS="1"),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert checkpoint_steps(config)[-1] == 60
+    return final_model(config, 60)
+
+
 def with_spec(config: trainer_config.TrainerConfig, **fields: Any) -> trainer_config.TrainerConfig:
     """``config`` with top-level spec fields replaced (by their wire names), validated again."""
     data = config.model_dump(mode="json", by_alias=True)
