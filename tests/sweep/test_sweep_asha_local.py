@@ -1,7 +1,8 @@
 """A TuningSweep in local mode: Optuna (seeded) proposes learning rates, ASHA cuts the weak trials, the
 driver keeps status.json (the CR's status records) and prints a live table, then the final status.
 
-One sweep (6 trials, 3 at a time) runs once for the module; each test checks one behaviour of its outcome
+One sweep (4 trials, 2 at a time, up to 200 steps; 6, 3 and 400 until 2026-11-29: 460 CPU-seconds of
+``make test``, issue #14) runs once for the module; each test checks one behaviour of its outcome
 against Tune's own record of the experiment (``ExperimentAnalysis``, the trials' result.json), not against
 the driver's books. The learning-rate choices are 0.3 and 0.1 (the loss falls) and 1e-5 and 3e-6 (it stays
 near ln 10 ≈ 2.3), so ASHA, which stops a trial worse than its peers at a rung, has weak trials to cut.
@@ -24,25 +25,30 @@ from trainop_trainer.sweep import driver, space
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 NAME = "lr-asha"
-MAX_T = 400
+MAX_T = 200
+NUM_TRIALS = 4
 
 
 def manifest() -> dict[str, Any]:
+    template = sweep_support.mlp_template(max_steps=MAX_T, hidden_dim=256, interval_steps=50)
+    # 200 steps of this MLP train in ~0.2 s here: a report to Ray (and Tune) every 0.02 s gives ASHA results
+    # at its rungs (20, 40, 80, 160). With 0.5 s a fast machine reported once, at the end (2026-11-29).
+    template["reporting"]["everySeconds"] = 0.02
     return {
         "apiVersion": "trainop.dev/v1alpha1",
         "kind": "TuningSweep",
         "metadata": {"name": NAME},
         "spec": {
-            "template": sweep_support.mlp_template(max_steps=MAX_T, hidden_dim=256, interval_steps=100),
+            "template": template,
             "searchSpace": {
                 "hyperparameters.learningRate": {"type": "choice", "values": [0.3, 0.1, 1e-5, 3e-6]}
             },
             "objective": {"metric": "loss", "mode": "min"},
             "algorithm": "optuna",
             "seed": 7,
-            "scheduler": {"type": "asha", "gracePeriod": 40, "maxT": MAX_T, "reductionFactor": 2},
-            "numTrials": 6,
-            "maxConcurrentTrials": 3,
+            "scheduler": {"type": "asha", "gracePeriod": 20, "maxT": MAX_T, "reductionFactor": 2},
+            "numTrials": NUM_TRIALS,
+            "maxConcurrentTrials": 2,
             "maxFailedTrials": 0,
         },
     }
@@ -87,17 +93,17 @@ def test_asha_stops_weak_trials_before_max_t_and_the_status_counts_them_early_st
 ) -> None:
     assert local_sweep.exit_code == 0, local_sweep.output
     ids = [t.trial_id for t in local_sweep.tune_trials]
-    assert len(ids) == 6 and all(t.status == "TERMINATED" for t in local_sweep.tune_trials)
+    assert len(ids) == NUM_TRIALS and all(t.status == "TERMINATED" for t in local_sweep.tune_trials)
     cut = {i for i in ids if last_step(local_sweep, i) < MAX_T}
     assert cut, "ASHA stopped no trial before maxT"
     states = {row["id"]: row["state"] for row in local_sweep.rows}
     assert {i for i, s in states.items() if s == "earlyStopped"} == cut
     assert {i for i, s in states.items() if s == "succeeded"} == set(ids) - cut
     assert local_sweep.status["trials"] == {
-        "total": 6,
+        "total": NUM_TRIALS,
         "pending": 0,
         "running": 0,
-        "succeeded": 6 - len(cut),
+        "succeeded": NUM_TRIALS - len(cut),
         "failed": 0,
         "earlyStopped": len(cut),
     }
