@@ -4,8 +4,11 @@ Ray worker processes that were started, with torch, Ray Train and the trainer im
 On a Ray runtime of its own (a subprocess, ``tests/trainer/recovery_timing.py``): the raylet's
 ``RAY_preload_python_modules`` is read when the raylet starts, so the tier's shared runtime cannot have it
 for one test, and a TrainingJob's pods set it (``TRAINOP_WARM_SPARES=1``, which ``ray_train.ensure_ray``
-turns into the preload list for a local runtime). Two ranks; rank 1 raises once at step 150 (7.5 s of
-training), after the spares were started (``TRAINOP_SPARE_DELAY_S=3`` instead of 20). The controller's own
+turns into the preload list for a local runtime). Two ranks; rank 1 raises once at step 400 (20 s of
+training, sleeping 0.05 s a step), after the spares were started (``TRAINOP_SPARE_DELAY_S=3`` instead of 20)
+and had time to import torch and Ray Train on a busy machine. (At step 150, 7.5 s, the test failed in the CI
+run of 2026-11-29 under load; the CI output kept no detail, so the cause is not known. The spares' start-up
+racing the failure is the one timing assumption the test made; 400 removes it.) The controller's own
 lines say how many workers of each group started in a process that was ready before it: both of the
 restarted one. How much time that saves is a measurement (docs/benchmarks.md), not this test.
 """
@@ -31,7 +34,7 @@ def test_a_restarted_worker_group_starts_in_warm_spare_processes_started_before_
     command = [
         sys.executable,
         "tests/trainer/recovery_timing.py",
-        *("--repeats", "1", "--kinds", "user-exception", "--fail-at-step", "150", "--num-cpus", "3"),
+        *("--repeats", "1", "--kinds", "user-exception", "--fail-at-step", "400", "--num-cpus", "3"),
         # A busy CI box must not turn a slow first step into a stall (the watchdog counts from the start).
         *("--stall-timeout", "120"),
         "--controller-lines",
