@@ -34,8 +34,6 @@ def bitwise_equal(a: Params, b: Params) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-exact_config = trainer_support.exact_config
-
 # The exact-resume tests run once per strategy and storage, not for every pair (issue #14: each is a whole
 # Ray Train run, ~100 CPU-seconds on 2 cores): here on a volume, a killed worker with DDP and a new attempt
 # with FSDP2; test_trainer_s3.py has the other two on the bucket. Each strategy and each storage path is
@@ -48,7 +46,7 @@ def test_a_killed_worker_is_restarted_by_ray_train_and_training_ends_bitwise_equ
     ray_cluster: str, uninterrupted: tuple[str, Params], tmp_path: pathlib.Path
 ) -> None:
     strategy, reference = uninterrupted
-    config = exact_config(tmp_path, strategy)
+    config = trainer_support.exact_config(tmp_path, strategy)
     controllers = trainer_support.train_controllers()
     actors = {name: trainer_support.actors_started(name) for name in ("TrainController", "DatasetManager")}
     logs = trainer_support.train_controller_logs()
@@ -89,7 +87,7 @@ def test_with_restarts_in_the_driver_a_killed_worker_gets_a_new_controller_and_t
 ) -> None:
     """The older path (``TRAINOP_SWITCHES=restarts=driver``, the recovery benchmark's baseline; also what
     runs when the failure policy did not decide): fit() fails, the driver classifies and runs it again."""
-    config = exact_config(tmp_path, "ddp")
+    config = trainer_support.exact_config(tmp_path, "ddp")
     controllers = trainer_support.train_controllers()
     switches.apply({"restarts": "driver"})
     try:
@@ -106,7 +104,7 @@ def test_a_new_attempt_with_the_same_run_name_and_storage_path_resumes_bitwise_e
     ray_cluster: str, uninterrupted: tuple[str, Params], tmp_path: pathlib.Path
 ) -> None:
     strategy, reference = uninterrupted
-    config = exact_config(tmp_path, strategy, max_worker_failures=0)
+    config = trainer_support.exact_config(tmp_path, strategy, max_worker_failures=0)
     first = ray_train.run(config, inject_failure_at_step=25)
     assert first.outcome == "failed", first
     assert 60 not in trainer_support.checkpoint_steps(config)

@@ -14,7 +14,7 @@ import pathlib
 
 import pytest
 import trainer_support
-from test_trainer_ray import Params, bitwise_equal, exact_config
+from test_trainer_ray import Params, bitwise_equal
 
 from tests.objectstore.server import S3Server
 from trainop_trainer import ray_train, storage
@@ -30,7 +30,7 @@ def test_on_s3_a_killed_worker_is_restarted_and_training_ends_bitwise_equal_to_a
     ray_cluster: str, s3_server: S3Server, uninterrupted: tuple[str, Params], tmp_path: pathlib.Path
 ) -> None:
     strategy, reference = uninterrupted
-    config = trainer_support.on_s3(exact_config(tmp_path, strategy), s3_server)
+    config = trainer_support.on_s3(trainer_support.exact_config(tmp_path, strategy), s3_server)
 
     result = ray_train.run(config, inject_failure_at_step=25)
 
@@ -50,7 +50,8 @@ def test_on_s3_a_new_attempt_resumes_bitwise_exactly_from_the_bucket(
     ray_cluster: str, s3_server: S3Server, uninterrupted: tuple[str, Params], tmp_path: pathlib.Path
 ) -> None:
     strategy, reference = uninterrupted
-    config = trainer_support.on_s3(exact_config(tmp_path, strategy, max_worker_failures=0), s3_server)
+    exact = trainer_support.exact_config(tmp_path, strategy, max_worker_failures=0)
+    config = trainer_support.on_s3(exact, s3_server)
     first = ray_train.run(config, inject_failure_at_step=25)
     assert first.outcome == "failed", first
     assert 60 not in trainer_support.checkpoint_steps(config)

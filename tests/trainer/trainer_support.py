@@ -8,6 +8,7 @@ import json
 import os
 import pathlib
 import socket
+import subprocess
 import sys
 import uuid
 import warnings
@@ -113,8 +114,6 @@ def uninterrupted_run(storage: pathlib.Path, strategy: str) -> dict[str, Any]:
     interruption, the same Trainer under torchrun instead of Ray Train (8 s instead of 25 s here). Ray Train
     must reproduce it bit for bit, so every equality to it also checks that the launcher does not change
     the math. The final model's parameters."""
-    import subprocess
-
     config = exact_config(storage, strategy)
     path = write_config(config, storage / "trainer.json")
     command = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
