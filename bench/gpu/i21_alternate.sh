@@ -10,7 +10,8 @@
 #   run(command="RUNS='bare trainer:gc=synced trainer bare trainer:gc=synced trainer' bash bench/gpu/i21_alternate.sh", ...)
 # A RUNS entry is `bare`, `trainer` or `trainer:SWITCHES` (TRAINOP_SWITCHES for that run, e.g. gc=synced), or
 # `launch`: the same Trainer under torchrun (`trainop_trainer.launch`, no Ray), beside the trainer through Ray.
-# `trainer@VAR=VALUE+VAR=VALUE...`: the trainer through Ray with these variables in the driver's environment.
+# `trainer@VAR=VALUE+VAR=VALUE...`: the trainer through Ray with these variables in the driver's environment;
+# `bare@VAR=VALUE+...`: bare DDP with them (e.g. `bare@TORCHINDUCTOR_CPP_WRAPPER=1`).
 # The bench's local Ray (its raylet, dashboard agent and workers) is started by the driver and inherits them, so
 # this switches Ray's own periodic work per run, e.g. REPORTER_UPDATE_INTERVAL_MS (the dashboard agent's node
 # and GPU stats, every 5 s), RAY_memory_monitor_refresh_ms, RAY_TRAIN_HEALTH_CHECK_INTERVAL_S, OMP_NUM_THREADS.
@@ -127,6 +128,7 @@ for run in ${RUNS:-bare trainer bare trainer bare trainer}; do
   n=$((n + 1))
   case $run in
     bare) one "$n-bare" "bare$GPUS" || break ;;
+    bare@*) one "$n-bare-env" "bare$GPUS" "" "${run#bare@}" || break ;;
     trainer) one "$n-trainer" "ray$GPUS-$WORKLOAD" || break ;;
     launch) one "$n-launch" "launch$GPUS-$WORKLOAD" || break ;;
     launch@*) one "$n-launch-env" "launch$GPUS-$WORKLOAD" "" "${run#launch@}" || break ;;
