@@ -241,6 +241,34 @@ def _drop_token_notice(record: logging.LogRecord) -> bool:
     return not str(record.msg).startswith(_TOKEN_NOTICE)
 
 
+def _raylet_errors_to_log() -> None:
+    """Quiet mode: the errors the raylet publishes to this driver go to this module's log, not to stdout.
+
+    A Ray driver prints every error the raylet publishes to its job on stdout, whatever ``log_to_driver``
+    says (Ray 2.60's ``ray._private.worker.listen_error_messages``). When a worker process dies that is a
+    paragraph beginning "(raylet) A worker died or was killed while executing a task by an unexpected system
+    error", which lists OOM and ``ray stop --force`` as causes. The trainer's own line right after it names
+    the rank, the exit and what happens next (a restart from the newest checkpoint), so a quiet run shows
+    that line only: the raylet's paragraph goes to this module's logger at INFO, which a quiet run does not
+    show. It stays in the raylet's log of the Ray session, and ``--verbose`` prints it as Ray does. What the
+    listener prints for others (the autoscaler) is printed as Ray prints it."""
+    from ray._private import worker as ray_worker
+
+    printer = ray_worker.print_to_stdstream
+    if getattr(printer, "_trainop_quiet", False):
+        return
+
+    def print_or_log(data: dict[str, Any], ignore_prefix: bool) -> None:
+        if data.get("pid") == "raylet":
+            for line in data.get("lines") or ():
+                log.info("raylet: %s", line)
+            return
+        printer(data, ignore_prefix)
+
+    print_or_log._trainop_quiet = True  # type: ignore[attr-defined]
+    ray_worker.print_to_stdstream = print_or_log
+
+
 def ensure_ray(
     *,
     num_cpus: int | None = None,
@@ -265,6 +293,8 @@ def ensure_ray(
         for key, value in trainer_config.spare_raylet_env().items():
             os.environ.setdefault(key, value)
     runtime_env = {"worker_process_setup_hook": _WORKER_SETUP_HOOK}
+    if quiet:
+        _raylet_errors_to_log()
     if os.environ.get("RAY_ADDRESS"):
         ray.init(log_to_driver=log_to_driver, logging_level=level, runtime_env=runtime_env)
         return
