@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tests import session_beds
+from tests.controlplane import processes
 
 STARTUP_TIMEOUT_S = 240.0
 
@@ -42,15 +42,9 @@ class MlflowServer:
         return MlflowClient(tracking_uri=self.uri)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start(root: pathlib.Path) -> tuple[MlflowServer, Callable[[], None]]:
     """Start a server over ``root`` and wait until it answers; returns it and its (idempotent) stop."""
-    port = _free_port()
+    port = processes.free_loopback_port()
     uri = f"http://127.0.0.1:{port}"
     log = (root / "server.log").open("w")
     process = subprocess.Popen(
