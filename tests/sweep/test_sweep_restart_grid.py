@@ -7,11 +7,11 @@ run, right after the checkpoint at step 40; what ``TRAINOP_INJECT_FAILURE_AT_STE
 experiment name and storage path, as the operator's next RayJob would be.
 
 Why it is deterministic: one trial at a time, in grid order (20, 60, 20, 60 steps), so the budget is spent
-by the fourth trial's failure, when every other trial has ended. With two at a time (until 2026-11-29) it
-was not: on a busy machine the second 20-step trial was still running when the second 60-step trial failed
-(CI run of cb21fd4, the dev box), and that trial then ended ``earlyStopped`` without a step and attempt 2
-did not run it again. That is a fault of the sweep's restart, not of this test, and it is not fixed: see
-docs/sweep.md, "Known faults".
+by the fourth trial's failure, when every other trial has ended. With two at a time (until 2026-11-29) which
+trials ran when the budget was spent depended on the machine's load. A trial still running then is counted
+pending and resumed by attempt 2 (``test_sweep_restart_running_trial.py`` pins that down without timing);
+the ``earlyStopped`` trial that CI of cb21fd4 saw here came, most likely, from pytest-timeout ending
+attempt 2: docs/sweep.md, "Restart and resume".
 
 Both attempts run once for the module (they are the expensive part); each test checks one behaviour.
 """

@@ -134,7 +134,8 @@ def test_driver_status_patch_with_the_sweeps_token_sticks_and_kubectl_shows_tria
         book=fed_book(), publisher=publisher, spec=resource.spec, key=str(paths.experiment_dir)
     )
 
-    sweep_monitor.on_experiment_end(trials=[])  # the final publish, flushed before it returns
+    sweep_monitor.on_step_end(iteration=1, trials=[])  # the first publish of an attempt, never throttled
+    sweep_monitor.publisher.close()  # flushes the patch in flight
 
     custom = kubernetes.client.CustomObjectsApi(control_plane.api_client())
     status = custom.get_namespaced_custom_object(base.GROUP, base.VERSION, namespace, PLURAL, NAME)["status"]

@@ -5,7 +5,8 @@ A TuningSweep's RayJob entrypoint. On a cluster the operator mounts the config a
 a local Ray runtime is started. A new attempt (same experiment name and storage path) resumes the earlier
 experiment. Exit codes: 0 the sweep succeeded; 1 it failed (more than maxFailedTrials failed trials, or no
 trial reported the objective's metric; one line on stderr says which); 2 the config is invalid (one line
-on stderr naming the field).
+on stderr naming the field); 130 a SIGINT (Ctrl+C) ended the Tune run with started trials unfinished (the
+next run of the same experiment resumes them).
 """
 
 from __future__ import annotations

@@ -10,8 +10,9 @@ States, as ``status.trials`` counts them:
 - ``running``: its TorchTrainer run is under way (Tune RUNNING);
 - ``succeeded``: its training ran to the end (the trial function returned), or the scheduler stopped it at
   ``scheduler.maxT`` (the whole budget ASHA gives a trial);
-- ``earlyStopped``: stopped before that: ASHA cut it at a rung, or the sweep ended (goal reached, failure
-  budget spent) while it ran;
+- ``earlyStopped``: stopped before that: ASHA cut it at a rung, or the goal ended the sweep while it ran
+  (a trial running when an attempt ends any other way, the failure budget included, is ``pending``: the
+  next attempt resumes it);
 - ``failed``: its run raised (Tune ERROR).
 
 Trials the sweep never started (pending when it ended) are not counted: ``total`` is the number of trials
@@ -74,7 +75,7 @@ class TrialBook:
         self.mode = mode
         self.max_t = max_t
         self.records: dict[str, TrialRecord] = {}
-        # Set when this attempt is being ended with trials unfinished (the failure budget is spent).
+        # Set when the stopper ends this attempt because the failure budget is spent (it asks once).
         self.interrupted = False
 
     # ------------------------------------------------------------------------------------ Tune events
@@ -129,7 +130,7 @@ class TrialBook:
         record.error = message
 
     def requeue_unfinished(self) -> None:
-        """Running trials of an interrupted attempt wait for the next one: count them as pending."""
+        """At the end of an attempt, trials still running wait for the next one: count them as pending."""
         for record in self.records.values():
             if record.tune_status == TUNE_RUNNING:
                 record.tune_status = TUNE_PENDING

@@ -46,14 +46,18 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class SweepResult:
-    outcome: str  # "succeeded" | "failed"
+    outcome: str  # "succeeded" | "failed" | "interrupted"
     reason: str | None
     status: dict[str, Any]  # the driver-owned status fields as published (trials, bestTrial, updated)
     restored: bool
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.outcome == "succeeded" else 1
+        """0 succeeded, 1 failed, 130 interrupted (a Ctrl+C: trials left to resume, as a shell reports it)."""
+        return {"succeeded": 0, "interrupted": INTERRUPTED_EXIT_CODE}.get(self.outcome, 1)
+
+
+INTERRUPTED_EXIT_CODE = 130
 
 
 def search_algorithm(spec: tuningsweep.TuningSweepSpec) -> Any:
@@ -183,6 +187,16 @@ def _result(
             f"first failure: trial {trial_id}: {monitor.error_summary(str(first.error))}"
         )
         return SweepResult(outcome="failed", reason=reason, status=status, restored=restored)
+    trials = status.get("trials") or {}
+    unfinished = int(trials.get("pending") or 0) + int(trials.get("running") or 0)
+    if unfinished:
+        # Tune returned with started trials unfinished and the budget not spent: a Ctrl+C (SIGINT) ended its
+        # loop. Not a success: the next run of the same experiment resumes them (``monitor.SweepMonitor``).
+        reason = (
+            f"interrupted with {unfinished} started trial(s) unfinished; run the sweep again with the same "
+            "state (not fresh) to resume them from their checkpoints"
+        )
+        return SweepResult(outcome="interrupted", reason=reason, status=status, restored=restored)
     if "bestTrial" not in status:
         reason = (
             f"no trial reported spec.objective.metric {metric!r}: check that the training reports it "

@@ -159,7 +159,7 @@ def final_status(
         condition = {
             "type": "Failed",
             "status": "True",
-            "reason": "SweepFailed",
+            "reason": "Interrupted" if outcome == "interrupted" else "SweepFailed",
             "message": (reason or "")[:2000],
         }
     return tuningsweep.TuningSweepStatus.model_validate(
@@ -189,7 +189,8 @@ def run_sweep_manifest(
     out: TextIO | None = None,
 ) -> int:
     """Run every TuningSweep in the manifest file locally; returns the exit code (0 the sweep succeeded,
-    1 it failed, 2 invalid manifest or search space). ``workers`` caps each trial's workers;
+    1 it failed, 2 invalid manifest or search space, 130 a Ctrl+C left started trials to resume).
+    ``workers`` caps each trial's workers;
     ``inject_failure_at_step`` (or $TRAINOP_INJECT_FAILURE_AT_STEP) makes every trial kill one of its
     workers once (``config.injected_failure_note`` says when)."""
     out = out or sys.stdout
@@ -264,7 +265,7 @@ def _run_sweep(
             file=out,
         )
     if result.reason:
-        print(f"trainop: sweep failed: {result.reason}", file=sys.stderr)
+        print(f"trainop: sweep {result.outcome}: {result.reason}", file=sys.stderr)
     status = final_status(
         outcome=result.outcome, reason=result.reason, records=result.status, start_time=start_time
     )

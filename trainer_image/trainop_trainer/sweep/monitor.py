@@ -206,12 +206,13 @@ class SweepMonitor(Callback):
         self._maybe_publish(force=False)
 
     def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
-        if self.book.interrupted:
-            # Tune has just stopped the unfinished trials' actors; they are not done, the next attempt
-            # resumes them.
-            self.book.requeue_unfinished()
-        else:
-            self._observe(trials)
+        # Not ``_observe(trials)``: Tune calls this from its cleanup, after stopping the actors of the trials
+        # still running and marking them TERMINATED, which the book would read as early-stopped. Tune's
+        # last checkpoint of the experiment (its final one, or the last periodic one when an error ends the
+        # loop) is older and keeps them unfinished, so the next attempt resumes them, whatever ended this
+        # one: the failure budget, a Ctrl+C, an error. The last ``on_step_end`` observed every other status
+        # (a goal's stop_all included: those trials are TERMINATED for good and count as early-stopped).
+        self.book.requeue_unfinished()
         self._maybe_publish(force=True)
         self.publisher.close()
         _LIVE_BOOKS.pop(self.key, None)
@@ -269,7 +270,8 @@ class SweepStopper(Stopper):
     run: it sends the driver process ``SIGUSR1``, on which Tune's handler stops the loop, checkpoints the
     experiment with those trials still unfinished, and returns. The next attempt restores them (and the
     failed ones, ``resume_errored``). Tune installs that handler only when ``fit()`` runs on the main
-    thread; elsewhere the stopper falls back to ``stop_all``.
+    thread; elsewhere the stopper falls back to ``stop_all``, and the trials still running then end for
+    good (early-stopped, never resumed).
 
     Failures are not results, so the stopper counts them in the monitor's book. It cannot hold that book
     itself: Tune checkpoints a stopper with its controller's state and restores that copy apart from the
