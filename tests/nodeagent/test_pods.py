@@ -715,6 +715,9 @@ def test_configmap_volume_updates_reach_a_running_container(pod_namespace: Names
         containers=[_sh("main", script, volumeMounts=mount)],
         volumes=[{"name": "cfg", "configMap": {"name": "live"}}],
     )
+    # kubectl logs fails (exit 1) until the container has started: wait for it first (CI of the dev box,
+    # 2026-11-29, read the logs while the agent was still starting the pod).
+    ns.wait_phase("watcher", "Running")
     wait_for("the first value", lambda: "one" in ns.logs("watcher"))
     status, answer = ns.request(
         "PUT", ns.path("configmaps/live"), {"metadata": {"name": "live"}, "data": {"value": "two"}}
