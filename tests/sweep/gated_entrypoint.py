@@ -1,6 +1,6 @@
 """User entrypoints for the sweep restart tests: trials whose progress waits on files, not on timing.
 
-Both fit y = 3x - 1 with DDP (one worker is enough) and read ``ctx.config``:
+Both fit y = 3x - 1 with DDP (``faulty_entrypoint.fit_line``; one worker is enough) and read ``ctx.config``:
 
 - ``gateDir``: a directory the test owns.
 - ``trialsRoot``: the sweep's ``<experiment>/trials``, where each trial's ``status.json`` names its newest
@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 import torch
 
+from tests.trainer.faulty_entrypoint import fit_line
 from trainop_trainer.user import Context
 
 POLL_S = 0.1
@@ -49,46 +50,17 @@ def _wait_for(predicate: Callable[[], bool], what: str) -> None:
         time.sleep(POLL_S)
 
 
-def _train(ctx: Context, before_step: Callable[[int], None]) -> None:
-    total_steps = ctx.total_steps or 8
-    torch.manual_seed(ctx.hyperparameters.seed)
-    model = ctx.prepare_model(torch.nn.Linear(1, 1))
-    optimizer = torch.optim.SGD(model.parameters(), lr=ctx.hyperparameters.learning_rate)
-    start = 0
-    restored = ctx.load_checkpoint()
-    if restored is not None:
-        model.module.load_state_dict(restored.state["model"])
-        optimizer.load_state_dict(restored.state["optimizer"])
-        start = restored.step
-    generator = torch.Generator()
-    for step in range(start + 1, total_steps + 1):
-        before_step(step)
-        generator.manual_seed((ctx.hyperparameters.seed * 1_000_003 + ctx.rank) * 1_000_003 + step)
-        x = torch.randn(16, 1, generator=generator)
-        loss = torch.nn.functional.mse_loss(model(x), 3.0 * x - 1.0)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        ctx.step_done(step, loss=loss.detach(), samples=16)
-        if ctx.checkpoint_due:
-            ctx.save_checkpoint(
-                {"model": model.module.state_dict(), "optimizer": optimizer.state_dict()}, step=step
-            )
-        if ctx.should_stop:
-            return
-
-
 def fail_once(ctx: Context) -> None:
     gate = pathlib.Path(ctx.config["gateDir"])
 
-    def before_step(step: int) -> None:
+    def before_step(step: int, _: torch.Tensor) -> None:
         if step != 1 or (gate / "failed").exists():
             return
         _wait_for((gate / "holding").exists, "the other trial to hold")
         (gate / "failed").write_text(repr(time.time()))
         raise ValueError("the gated sweep test's failure")
 
-    _train(ctx, before_step)
+    fit_line(ctx, before_step)
 
 
 def hold_after_checkpoint(ctx: Context) -> None:
@@ -96,11 +68,11 @@ def hold_after_checkpoint(ctx: Context) -> None:
     trials_root = pathlib.Path(ctx.config["trialsRoot"])
     hold_at = (ctx.spec.checkpoint.interval_steps or 0) + 1
 
-    def before_step(step: int) -> None:
+    def before_step(step: int, _: torch.Tensor) -> None:
         if step != hold_at or (gate / "release").exists():
             return
         _wait_for(lambda: _checkpoint_recorded(trials_root), "its checkpoint to be recorded")
         (gate / "holding").touch()
         _wait_for((gate / "release").exists, "the test to release it")
 
-    _train(ctx, before_step)
+    fit_line(ctx, before_step)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainop_trainer.sweep import driver
 
 
 def mlp_template(*, max_steps: int, hidden_dim: int = 32, interval_steps: int = 10) -> dict[str, Any]:
@@ -45,3 +49,21 @@ def reported(experiment_dir: pathlib.Path, trial_id: str) -> list[dict[str, Any]
     """Every result Tune recorded for a trial (its result.json lines)."""
     lines = (experiment_dir / trial_id / "result.json").read_text().splitlines()
     return [json.loads(line) for line in lines if line.strip()]
+
+
+@dataclasses.dataclass(frozen=True)
+class TwoAttempts:
+    """Two driver runs of one experiment (a restart test's module fixture) and its trials after each."""
+
+    experiment_dir: pathlib.Path
+    first: driver.SweepResult
+    first_rows: list[dict[str, Any]]  # trials.json right after attempt 1
+    second: driver.SweepResult
+    rows: list[dict[str, Any]]  # trials.json after attempt 2
+
+    def run_dir(self, trial_id: str) -> pathlib.Path:
+        return self.experiment_dir / "trials" / f"{self.experiment_dir.name}-{trial_id}"
+
+    def resumed_at(self, trial_id: str) -> list[int]:
+        """The steps the trial's runs resumed at."""
+        return [e["step"] for e in events(self.run_dir(trial_id)) if e["event"] == "resume"]

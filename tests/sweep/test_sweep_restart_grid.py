@@ -18,10 +18,8 @@ Both attempts run once for the module (they are the expensive part); each test c
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import pathlib
-from typing import Any
 
 import pytest
 
@@ -65,32 +63,19 @@ def config(storage: pathlib.Path, attempt: int) -> trainer_config.SweepConfig:
     )
 
 
-@dataclasses.dataclass(frozen=True)
-class TwoAttempts:
-    experiment_dir: pathlib.Path
-    first: driver.SweepResult
-    first_rows: list[dict[str, Any]]  # trials.json right after attempt 1
-    second: driver.SweepResult
-    rows: list[dict[str, Any]]  # trials.json after attempt 2
-
-
 @pytest.fixture(scope="module")
-def two_attempts(sweep_ray: None, tmp_path_factory: pytest.TempPathFactory) -> TwoAttempts:
+def two_attempts(sweep_ray: None, tmp_path_factory: pytest.TempPathFactory) -> sweep_support.TwoAttempts:
     storage = tmp_path_factory.mktemp("grid-restart")
     experiment_dir = storage / NAME
     first = driver.run(config(storage, 1), status_interval_s=0.5, inject_failure_at_step=INJECT_AT)
     first_rows = sweep_support.read_json(experiment_dir / "trials.json")["trials"]
     second = driver.run(config(storage, 2), status_interval_s=0.5, inject_failure_at_step=INJECT_AT)
     rows = sweep_support.read_json(experiment_dir / "trials.json")["trials"]
-    return TwoAttempts(experiment_dir, first, first_rows, second, rows)
-
-
-def run_dir(attempts: TwoAttempts, trial_id: str) -> pathlib.Path:
-    return attempts.experiment_dir / "trials" / f"{NAME}-{trial_id}"
+    return sweep_support.TwoAttempts(experiment_dir, first, first_rows, second, rows)
 
 
 def test_more_failed_trials_than_max_failed_trials_fails_the_attempt_with_a_clear_reason(
-    two_attempts: TwoAttempts,
+    two_attempts: sweep_support.TwoAttempts,
 ) -> None:
     first = two_attempts.first
     assert (first.outcome, first.exit_code, first.restored) == ("failed", 1, False)
@@ -106,7 +91,7 @@ def test_more_failed_trials_than_max_failed_trials_fails_the_attempt_with_a_clea
 
 
 def test_a_new_attempt_keeps_finished_trials_and_resumes_the_others_from_their_checkpoints(
-    two_attempts: TwoAttempts,
+    two_attempts: sweep_support.TwoAttempts,
 ) -> None:
     second = two_attempts.second
     assert (second.outcome, second.restored, second.reason) == ("succeeded", True, None)
@@ -121,16 +106,16 @@ def test_a_new_attempt_keeps_finished_trials_and_resumes_the_others_from_their_c
     finished_first = {row["id"] for row in two_attempts.first_rows if row["state"] == "succeeded"}
     assert finished_first, "attempt 1 finished no trial"
     for trial_id in finished_first:  # not run again: one worker-group start, no resume
-        assert [e["event"] for e in sweep_support.events(run_dir(two_attempts, trial_id))] == ["start"]
+        assert [e["event"] for e in sweep_support.events(two_attempts.run_dir(trial_id))] == ["start"]
     for row in two_attempts.first_rows:
         if row["state"] == "failed":  # run again, from the checkpoint written just before the kill
             resumes = [
-                e for e in sweep_support.events(run_dir(two_attempts, row["id"])) if e["event"] == "resume"
+                e for e in sweep_support.events(two_attempts.run_dir(row["id"])) if e["event"] == "resume"
             ]
             assert [e["step"] for e in resumes] == [INJECT_AT]
 
 
-def test_grid_search_runs_every_grid_point_exactly_once(two_attempts: TwoAttempts) -> None:
+def test_grid_search_runs_every_grid_point_exactly_once(two_attempts: sweep_support.TwoAttempts) -> None:
     trials = sweep_support.tune_trials(two_attempts.experiment_dir)
     points = sorted((t.config["hyperparameters.maxSteps"], t.config["nccl.NCCL_ALGO"]) for t in trials)
     assert points == sorted(itertools.product(MAX_STEPS, ALGOS))
@@ -138,11 +123,11 @@ def test_grid_search_runs_every_grid_point_exactly_once(two_attempts: TwoAttempt
 
 
 def test_sampled_parameters_and_nccl_variables_land_in_each_trials_trainer_config(
-    two_attempts: TwoAttempts,
+    two_attempts: sweep_support.TwoAttempts,
 ) -> None:
     for trial in sweep_support.tune_trials(two_attempts.experiment_dir):
         written = trainer_config.TrainerConfig.model_validate_json(
-            (run_dir(two_attempts, trial.trial_id) / "trainer.json").read_text(), by_alias=True, by_name=False
+            (two_attempts.run_dir(trial.trial_id) / "trainer.json").read_text(), by_alias=True, by_name=False
         )
         assert written.run_name == f"{NAME}-{trial.trial_id}"
         assert written.spec.hyperparameters.max_steps == trial.config["hyperparameters.maxSteps"]

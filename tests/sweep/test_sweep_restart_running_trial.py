@@ -19,7 +19,6 @@ decides an order). Attempt 2 is a new driver run with the same experiment, as th
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import pathlib
 import signal
@@ -77,21 +76,9 @@ def config(
     )
 
 
-@dataclasses.dataclass(frozen=True)
-class TwoAttempts:
-    experiment_dir: pathlib.Path
-    first: driver.SweepResult
-    first_rows: list[dict[str, Any]]  # trials.json right after attempt 1
-    second: driver.SweepResult
-    rows: list[dict[str, Any]]  # trials.json after attempt 2
-
-    def row(self, rows: list[dict[str, Any]], entrypoint: str) -> dict[str, Any]:
-        (row,) = [r for r in rows if r["parameters"].get("workload.entrypoint", HOLD) == entrypoint]
-        return row
-
-    def resumed_at(self, trial_id: str) -> list[int]:
-        run_dir = self.experiment_dir / "trials" / f"{self.experiment_dir.name}-{trial_id}"
-        return [e["step"] for e in sweep_support.events(run_dir) if e["event"] == "resume"]
+def row(rows: list[dict[str, Any]], entrypoint: str) -> dict[str, Any]:
+    (found,) = [r for r in rows if r["parameters"].get("workload.entrypoint", HOLD) == entrypoint]
+    return found
 
 
 def two_attempts(
@@ -99,7 +86,7 @@ def two_attempts(
     tmp_path_factory: pytest.TempPathFactory,
     during_first: Callable[[pathlib.Path], contextlib.AbstractContextManager[Any]],
     **sweep: Any,
-) -> TwoAttempts:
+) -> sweep_support.TwoAttempts:
     storage = tmp_path_factory.mktemp(name)
     gate = tmp_path_factory.mktemp(f"{name}-gate")
     experiment_dir = storage / name
@@ -109,7 +96,7 @@ def two_attempts(
     (gate / "release").touch()
     second = driver.run(config(name, storage, gate, 2, **sweep), status_interval_s=0.5)
     rows = sweep_support.read_json(experiment_dir / "trials.json")["trials"]
-    return TwoAttempts(experiment_dir, first, first_rows, second, rows)
+    return sweep_support.TwoAttempts(experiment_dir, first, first_rows, second, rows)
 
 
 @contextlib.contextmanager
@@ -133,7 +120,7 @@ def ctrl_c_once_holding(gate: pathlib.Path) -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def budget_spent(sweep_ray: None, tmp_path_factory: pytest.TempPathFactory) -> TwoAttempts:
+def budget_spent(sweep_ray: None, tmp_path_factory: pytest.TempPathFactory) -> sweep_support.TwoAttempts:
     return two_attempts(
         "budget-running",
         tmp_path_factory,
@@ -146,7 +133,7 @@ def budget_spent(sweep_ray: None, tmp_path_factory: pytest.TempPathFactory) -> T
 
 
 @pytest.fixture(scope="module")
-def ctrl_c(sweep_ray: None, tmp_path_factory: pytest.TempPathFactory) -> TwoAttempts:
+def ctrl_c(sweep_ray: None, tmp_path_factory: pytest.TempPathFactory) -> sweep_support.TwoAttempts:
     return two_attempts(
         "ctrl-c-running",
         tmp_path_factory,
@@ -158,29 +145,29 @@ def ctrl_c(sweep_ray: None, tmp_path_factory: pytest.TempPathFactory) -> TwoAtte
 
 
 def test_a_trial_running_when_the_failure_budget_is_spent_counts_pending_not_early_stopped(
-    budget_spent: TwoAttempts,
+    budget_spent: sweep_support.TwoAttempts,
 ) -> None:
     first = budget_spent.first
     assert (first.outcome, first.restored) == ("failed", False)
     assert first.status["trials"] == {**NO_TRIALS, "total": 2, "pending": 1, "failed": 1}
-    assert budget_spent.row(budget_spent.first_rows, FAIL)["state"] == "failed"
-    assert budget_spent.row(budget_spent.first_rows, HOLD)["state"] == "pending"
+    assert row(budget_spent.first_rows, FAIL)["state"] == "failed"
+    assert row(budget_spent.first_rows, HOLD)["state"] == "pending"
 
 
 def test_after_the_failure_budget_the_next_attempt_resumes_the_running_trial_from_its_checkpoint(
-    budget_spent: TwoAttempts,
+    budget_spent: sweep_support.TwoAttempts,
 ) -> None:
     second = budget_spent.second
     assert (second.outcome, second.restored, second.reason) == ("succeeded", True, None)
     assert second.status["trials"] == {**NO_TRIALS, "total": 2, "succeeded": 2}
-    held = budget_spent.row(budget_spent.rows, HOLD)
+    held = row(budget_spent.rows, HOLD)
     assert (held["state"], held["step"]) == ("succeeded", MAX_STEPS)
     assert budget_spent.resumed_at(held["id"]) == [CHECKPOINT_EVERY]
     assert [t.status for t in sweep_support.tune_trials(budget_spent.experiment_dir)] == ["TERMINATED"] * 2
 
 
 def test_a_trial_running_when_ctrl_c_ends_the_attempt_counts_pending_not_early_stopped(
-    ctrl_c: TwoAttempts,
+    ctrl_c: sweep_support.TwoAttempts,
 ) -> None:
     first = ctrl_c.first
     assert (first.outcome, first.exit_code) == ("interrupted", 130), first
@@ -190,7 +177,7 @@ def test_a_trial_running_when_ctrl_c_ends_the_attempt_counts_pending_not_early_s
 
 
 def test_after_ctrl_c_the_next_attempt_resumes_the_running_trial_from_its_checkpoint(
-    ctrl_c: TwoAttempts,
+    ctrl_c: sweep_support.TwoAttempts,
 ) -> None:
     second = ctrl_c.second
     assert (second.outcome, second.restored, second.reason) == ("succeeded", True, None)

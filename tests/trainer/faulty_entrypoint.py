@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -29,7 +30,19 @@ def check_shape(x: torch.Tensor, step: int, fail_at: int, once: str | None = Non
 def train(ctx: Context) -> None:
     fail_at = int(ctx.config.get("failAtStep", -1))
     fail_rank = int(ctx.config.get("failRank", 1))
-    step_seconds = float(ctx.config.get("stepSeconds", 0.0))
+
+    def before_step(step: int, x: torch.Tensor) -> None:
+        if ctx.rank == fail_rank:
+            check_shape(x, step, fail_at, ctx.config.get("failOnceMarker"))
+
+    fit_line(ctx, before_step, step_seconds=float(ctx.config.get("stepSeconds", 0.0)))
+
+
+def fit_line(
+    ctx: Context, before_step: Callable[[int, torch.Tensor], None], *, step_seconds: float = 0.0
+) -> None:
+    """Fit y = 3x - 1 from the newest checkpoint on, calling ``before_step(step, batch)`` before each step
+    (the place a test entrypoint fails or waits)."""
     total_steps = ctx.total_steps or 40
     torch.manual_seed(ctx.hyperparameters.seed)
     model = ctx.prepare_model(torch.nn.Linear(1, 1))
@@ -44,8 +57,7 @@ def train(ctx: Context) -> None:
     for step in range(start + 1, total_steps + 1):
         generator.manual_seed((ctx.hyperparameters.seed * 1_000_003 + ctx.rank) * 1_000_003 + step)
         x = torch.randn(16, 1, generator=generator)
-        if ctx.rank == fail_rank:
-            check_shape(x, step, fail_at, ctx.config.get("failOnceMarker"))
+        before_step(step, x)
         loss = torch.nn.functional.mse_loss(model(x), 3.0 * x - 1.0)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
