@@ -23,6 +23,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 NOISE = re.compile(
     r"\t(DEBUG|INFO|WARNING|ERROR)\s|^\[[0-9-]+ [0-9:,]+ [DIWEF] |^\x1b\[\d+m\(|^\(|Traceback|Warning:"
 )
+# The beginnings of trainop's own lines: its notes, the progress line, the worker-group lines, the status.
+OWN_LINES = ("trainop: ", "step ", "status:", "  ", "worker group ")
 
 
 def demo_arguments() -> list[str]:
@@ -63,12 +65,8 @@ def test_the_demo_recovers_from_its_injected_failure_prints_the_final_status_and
     lines = (result.stdout + result.stderr).splitlines()
     assert result.returncode == 0, "\n".join(lines[-40:])
     assert [line for line in lines if NOISE.search(line)] == []
-    assert all(line.startswith(("trainop: ", "step ", "status:", "  ", "worker group ")) for line in lines), (
-        "\n".join(
-            line
-            for line in lines
-            if not line.startswith(("trainop: ", "step ", "status:", "  ", "worker group "))
-        )
+    assert all(line.startswith(OWN_LINES) for line in lines), "\n".join(
+        line for line in lines if not line.startswith(OWN_LINES)
     )
     text = "\n".join(lines)
     assert "a worker will be killed once" in text
