@@ -10,7 +10,9 @@ pods reach as they reach the apiserver: the object-storage scenario's bucket.
 and starts all their scripts at once (``scenario.ScriptRun``; ``E2E_CONCURRENCY=N`` caps how many act at a
 time, 1 runs them one by one). ``e2e_script`` (function) is the test's own script; its ``outcome()``
 waits for it and returns ``(scenario, facts)``. Each scenario's timeline is printed at the end of the
-run (section "e2e timelines") and, with ``E2E_TIMELINES=FILE``, appended to that file.
+run (section "e2e timelines") and, with ``E2E_TIMELINES=FILE``, appended to that file. On the local bed
+the run ends with where the pods' CPU went (section "e2e container CPU": the node agent's per-container
+cgroup counters, by pod role and container, and by namespace, that is by scenario).
 
 A failed scenario gets the operator pod's log, the cluster's component logs (locally) and its Ray
 clusters' driver logs (read from the head pods) attached to its report.
@@ -31,12 +33,14 @@ import pytest
 from e2e import claims, faults, install, scenario
 from e2e import cluster as cluster_module
 from tests.controlplane import assets
+from tests.nodeagent import container_cpu
 from tests.objectstore.server import S3Server
 
 _ENV = pytest.StashKey[scenario.Environment]()
 _TIMELINES = pytest.StashKey[list[tuple[str, str]]]()
 _SCENARIO = pytest.StashKey[scenario.Scenario]()
 _SETUP_TIMINGS = pytest.StashKey[list[tuple[str, float]]]()
+_CONTAINER_CPU = pytest.StashKey[str]()
 TIMELINES_FILE_ENV = "E2E_TIMELINES"
 CONCURRENCY_ENV = "E2E_CONCURRENCY"
 
@@ -95,6 +99,9 @@ def e2e_env(
         if store is not None:
             store.stop()
         cluster.close()
+        if isinstance(cluster, cluster_module.LocalCluster):
+            runs = cluster.bed.harness.container_cpu
+            request.config.stash[_CONTAINER_CPU] = container_cpu.render(runs)
 
 
 def _namespace_for(test_name: str) -> str:
@@ -192,6 +199,9 @@ def driver_logs(env: scenario.Environment, namespace: str, num_lines: int = 60) 
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    if cpu := config.stash.get(_CONTAINER_CPU, ""):
+        terminalreporter.section("e2e container CPU (node agent, per pod role and container)")
+        terminalreporter.write_line(cpu)
     timelines = config.stash.get(_TIMELINES, [])
     if not timelines:
         return

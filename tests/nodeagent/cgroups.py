@@ -26,7 +26,17 @@ from collections.abc import Iterable
 from pathlib import Path
 
 ROOT = Path("/sys/fs/cgroup")
-CONTROLLERS = ("memory", "cpu", "pids")
+
+
+def _controllers() -> tuple[str, ...]:
+    """memory, cpu and pids; and cpuacct (each container's CPU time) where it is a hierarchy of its own. Where
+    it is mounted together with cpu (``cpu,cpuacct``), the cpu group already has its counter."""
+    cpuacct = ROOT / "cpuacct"
+    separate = cpuacct.is_dir() and cpuacct.resolve() != (ROOT / "cpu").resolve()
+    return ("memory", "cpu", "pids", "cpuacct") if separate else ("memory", "cpu", "pids")
+
+
+CONTROLLERS = _controllers()
 _CFS_PERIOD_US = 100_000
 
 
@@ -70,6 +80,16 @@ class Cgroup:
         except OSError:  # gone, or being removed (ENODEV)
             return []
         return [int(pid) for pid in text.split()]
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time (user + system) of every process that ran in the group, exited ones included; None where
+        the kernel keeps no such counter (no cpuacct hierarchy)."""
+        for controller in ("cpuacct", "cpu"):
+            try:
+                return int((self.dir(controller) / "cpuacct.usage").read_text()) / 1e9
+            except (FileNotFoundError, ValueError):
+                continue
+        return None
 
     def oom_kills(self) -> int:
         """How many processes the kernel's OOM killer has killed in this group."""

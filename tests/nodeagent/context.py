@@ -35,6 +35,11 @@ class AgentSettings:
     def pods_dir(self) -> Path:
         return self.state_dir / "pods"
 
+    @property
+    def cpu_log(self) -> Path:
+        """One JSON line per finished container run: pod, container, CPU seconds (instances.account)."""
+        return self.state_dir / "container-cpu.jsonl"
+
 
 class IpAllocator:
     """Pod IPs of one node's podCIDR block."""

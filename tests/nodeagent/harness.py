@@ -24,7 +24,7 @@ from tests.clusterbed import network
 from tests.controlplane import assets as assets_module
 from tests.controlplane import cluster, flags, kubeconfig, pki, processes
 
-from . import control
+from . import container_cpu, control
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NODE_CONTROLLERS = (
@@ -67,6 +67,8 @@ class AgentHarness:
         self.plane: cluster.ControlPlane | None = None
         self.process: processes.ManagedProcess | None = None
         self.state_dir = Path()
+        #: Every container run's CPU time, read when the agent stopped (container_cpu.read).
+        self.container_cpu: list[container_cpu.Run] = []
         self.images_path = Path()
         self._argv: list[str] = []
         self.control = control.AgentControl(Path("/nonexistent"))
@@ -192,8 +194,9 @@ class AgentHarness:
 
     def stop(self) -> None:
         if self.process is not None:
-            self.process.stop(grace_s=60)
+            self.process.stop(grace_s=60)  # every pod's containers end here: each run's CPU time is logged
             self.process = None
+            self.container_cpu = container_cpu.read(self.state_dir / "container-cpu.jsonl")
         if self.plane is not None:
             self.plane.stop()
             self.plane = None

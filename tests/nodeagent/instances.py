@@ -3,8 +3,9 @@
 Owns the host-side resources of a single container run, from creation to release: the run's cgroup
 (``<container>-<n>`` under the pod's, with the container's CPU and memory limits), the file mounted at
 ``terminationMessagePath``, the host mountpoints it counts on, the process started through the runtime,
-and, once it ended, the termination message the kubelet would report. The pod worker decides when to
-launch and what a run's end means; this module only makes and unmakes.
+and, once it ended, the termination message the kubelet would report and the run's CPU time
+(``account``). The pod worker decides when to launch and what a run's end means; this module only makes
+and unmakes.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import dataclasses
 import hashlib
 import json
 import subprocess
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +109,33 @@ def launch(
         termination_log=termination_log,
         host_mountpoints=acquired,
     )
+
+
+_CPU_LOG_LOCK = threading.Lock()
+
+
+def account(instance: Instance, *, pod: JSON, log: Path) -> None:
+    """Append the run's CPU time (every process it ever held, from its cgroup) to ``log`` as one JSON line:
+    where a test bed's CPU goes, per pod and container (tests/clusterbed/cpu.py sums it). Call before the
+    group is removed; a kernel without a CPU counter writes nothing."""
+    cpu_s = instance.running.cgroup.cpu_seconds()
+    if cpu_s is None:
+        return
+    metadata = pod["metadata"]
+    line = json.dumps(
+        {
+            "namespace": metadata["namespace"],
+            "pod": metadata["name"],
+            "labels": metadata.get("labels") or {},
+            "container": instance.spec["name"],
+            "image": instance.spec.get("image", ""),
+            "run": instance.number,
+            "cpu_s": round(cpu_s, 3),
+            "wall_s": round(time.time() - instance.running.started_at, 3),
+        }
+    )
+    with _CPU_LOG_LOCK, log.open("a") as out:
+        out.write(line + "\n")
 
 
 def release(instance: Instance, registry: mountpoints.Mountpoints) -> None:

@@ -454,6 +454,7 @@ class PodWorker(threading.Thread):
     # ---------------------------------------------------------------------------- exits, probes
     def _on_exit(self, name: str, instance: instances.Instance, exit_info: runtime.Exit) -> None:
         del self.instances[name]
+        instances.account(instance, pod=self.pod, log=self.node.settings.cpu_log)
         instances.release(instance, self.node.mountpoints)
         record = self.records[name]
         reason = status_module.exit_reason(exit_code=exit_info.exit_code, oom_killed=exit_info.oom_killed)
@@ -578,6 +579,7 @@ class PodWorker(threading.Thread):
         """Node lost, agent stopping, object gone: SIGKILL at once, tear down, no API writes."""
         for instance in list(self.instances.values()):
             instances.kill_now(instance, self.node.mountpoints)
+            instances.account(instance, pod=self.pod, log=self.node.settings.cpu_log)
         self.instances.clear()
         self.sandbox.teardown()
         self.finished.set()

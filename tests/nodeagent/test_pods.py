@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from . import harness, kit
+from . import container_cpu, harness, kit
 from .kit import BUSYBOX, Namespace, wait_for
 
 pytestmark = pytest.mark.nodeagent
@@ -412,6 +412,29 @@ def test_memory_limit_is_enforced_and_reported_as_oomkilled(pod_namespace: Names
     pod = ns.wait_phase("hog", "Failed")
     terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
     assert (terminated["reason"], terminated["exitCode"]) == ("OOMKilled", 137)
+
+
+def test_each_container_runs_cpu_time_is_logged_from_its_cgroup_exited_children_included(
+    pod_namespace: Namespace, agent_bed: harness.AgentHarness
+) -> None:
+    """The agent's per-container CPU log (how the e2e tier says where its CPU goes): a container that
+    spins for 3 s through short-lived children (each ``date`` is a process that exits) against one that
+    sleeps as long."""
+    ns = pod_namespace
+    spin = "end=$(( $(date +%s) + 3 )); while [ $(date +%s) -lt $end ]; do :; done"
+    ns.pod("cpu", containers=[_sh("spin", spin), _sh("idle", "sleep 3")], restartPolicy="Never")
+    ns.wait_phase("cpu", "Succeeded")
+    runs = {
+        run.container: run
+        for run in container_cpu.read(agent_bed.state_dir / "container-cpu.jsonl")
+        if (run.namespace, run.pod) == (ns.name, "cpu")
+    }
+    assert set(runs) == {"spin", "idle"}, runs
+    # at least a quarter of a core over its 3 s even on a loaded 2-core machine; never more than it ran
+    assert 0.75 <= runs["spin"].cpu_s <= runs["spin"].wall_s + 0.5, runs["spin"]
+    assert runs["idle"].cpu_s < 0.3, runs["idle"]
+    assert runs["idle"].wall_s >= 2.9, runs["idle"]
+    assert container_cpu.by_role(runs.values())[0].container == "spin"
 
 
 def test_an_oom_kill_of_one_process_ends_the_whole_container_as_the_kubelets_oom_group_does(
