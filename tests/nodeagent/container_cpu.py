@@ -66,17 +66,18 @@ class Row:
 
 def by_role(runs: Iterable[Run]) -> list[Row]:
     """CPU seconds, run count and wall seconds per (role, container), the costliest first."""
-    cpu: collections.Counter[tuple[str, str]] = collections.Counter()
-    wall: collections.Counter[tuple[str, str]] = collections.Counter()
-    count: collections.Counter[tuple[str, str]] = collections.Counter()
+    cpu: dict[tuple[str, str], float] = collections.defaultdict(float)
+    wall: dict[tuple[str, str], float] = collections.defaultdict(float)
+    count: dict[tuple[str, str], int] = collections.defaultdict(int)
     for run in runs:
         key = (run.role, run.container)
         cpu[key] += run.cpu_s
         wall[key] += run.wall_s
         count[key] += 1
+    ranked = sorted(cpu.items(), key=lambda item: -item[1])
     return [
         Row(role, container, count[(role, container)], seconds, wall[(role, container)])
-        for (role, container), seconds in cpu.most_common()
+        for (role, container), seconds in ranked
     ]
 
 
@@ -89,13 +90,13 @@ def render(runs: list[Run]) -> str:
             f"  {row.cpu_s:8.1f} CPU-s {_share(row.cpu_s, total)}  {row.runs:4d} runs {row.wall_s:9.0f} s  "
             f"{row.role} / {row.container}"
         )
-    per_namespace: collections.Counter[str] = collections.Counter()
+    per_namespace: dict[str, float] = collections.defaultdict(float)
     for run in runs:
         per_namespace[run.namespace] += run.cpu_s
     lines.append("by namespace:")
     lines.extend(
         f"  {seconds:8.1f} CPU-s {_share(seconds, total)}  {namespace}"
-        for namespace, seconds in per_namespace.most_common()
+        for namespace, seconds in sorted(per_namespace.items(), key=lambda item: -item[1])
     )
     return "\n".join(lines)
 
