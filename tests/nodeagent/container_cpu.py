@@ -14,6 +14,9 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
+#: The log's name in the agent's state directory (``context.AgentSettings.cpu_log``).
+LOG_NAME = "container-cpu.jsonl"
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Run:

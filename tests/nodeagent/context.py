@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tests.clusterbed import network
 
-from . import env, events, images, kube, mountpoints
+from . import container_cpu, env, events, images, kube, mountpoints
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -38,7 +38,7 @@ class AgentSettings:
     @property
     def cpu_log(self) -> Path:
         """One JSON line per finished container run: pod, container, CPU seconds (instances.account)."""
-        return self.state_dir / "container-cpu.jsonl"
+        return self.state_dir / container_cpu.LOG_NAME
 
 
 class IpAllocator:

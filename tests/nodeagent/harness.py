@@ -196,7 +196,7 @@ class AgentHarness:
         if self.process is not None:
             self.process.stop(grace_s=60)  # every pod's containers end here: each run's CPU time is logged
             self.process = None
-            self.container_cpu = container_cpu.read(self.state_dir / "container-cpu.jsonl")
+            self.container_cpu = container_cpu.read(self.state_dir / container_cpu.LOG_NAME)
         if self.plane is not None:
             self.plane.stop()
             self.plane = None

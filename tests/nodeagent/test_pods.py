@@ -426,7 +426,7 @@ def test_each_container_runs_cpu_time_is_logged_from_its_cgroup_exited_children_
     ns.wait_phase("cpu", "Succeeded")
     runs = {
         run.container: run
-        for run in container_cpu.read(agent_bed.state_dir / "container-cpu.jsonl")
+        for run in container_cpu.read(agent_bed.state_dir / container_cpu.LOG_NAME)
         if (run.namespace, run.pod) == (ns.name, "cpu")
     }
     assert set(runs) == {"spin", "idle"}, runs
