@@ -1,7 +1,8 @@
 """Where a bed's CPU goes: the node agent's per-container CPU log, read back and summed by role.
 
-The agent appends one JSON line per finished container run (``instances.account``: the CPU time of every
-process its cgroup ever held, from ``cpuacct.usage``). :func:`read` loads that log once the agent stopped;
+The agent appends one JSON line per finished container run (``instances.account`` through :func:`append`:
+the CPU time of every process its cgroup ever held, from ``cpuacct.usage``). :func:`read` loads that log
+once the agent stopped;
 :func:`by_role` sums it by what the pod is (a Ray head or worker, a KubeRay submitter Job, the operator,
 CoreDNS, ...) and container, for the e2e tier's summary (e2e/conftest.py) and docs/benchmarks.md.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -38,24 +40,20 @@ class Run:
         return self.labels.get("app.kubernetes.io/name") or self.labels.get("app") or self.pod
 
 
+_APPEND_LOCK = threading.Lock()  # the agent's pod workers are threads of one process
+
+
+def append(path: Path, run: Run) -> None:
+    line = json.dumps(dataclasses.asdict(run))
+    with _APPEND_LOCK, path.open("a") as out:
+        out.write(line + "\n")
+
+
 def read(path: Path) -> list[Run]:
     """The runs logged at ``path``; none when no container ended (or the kernel keeps no CPU counter)."""
     if not path.is_file():
         return []
-    runs = []
-    for line in path.read_text().splitlines():
-        raw = json.loads(line)
-        runs.append(
-            Run(
-                namespace=raw["namespace"],
-                pod=raw["pod"],
-                labels=raw["labels"],
-                container=raw["container"],
-                cpu_s=float(raw["cpu_s"]),
-                wall_s=float(raw["wall_s"]),
-            )
-        )
-    return runs
+    return [Run(**json.loads(line)) for line in path.read_text().splitlines()]
 
 
 @dataclasses.dataclass(frozen=True)

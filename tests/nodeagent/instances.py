@@ -15,12 +15,11 @@ import dataclasses
 import hashlib
 import json
 import subprocess
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from . import cgroups, containers, env, images, mountpoints, probes, runtime
+from . import cgroups, container_cpu, containers, env, images, mountpoints, probes, runtime
 
 JSON = dict[str, Any]
 _LOG_TAIL_BYTES = 2048
@@ -111,31 +110,23 @@ def launch(
     )
 
 
-_CPU_LOG_LOCK = threading.Lock()
-
-
 def account(instance: Instance, *, pod: JSON, log: Path) -> None:
-    """Append the run's CPU time (every process it ever held, from its cgroup) to ``log`` as one JSON line:
-    where a test bed's CPU goes, per pod and container (tests/clusterbed/cpu.py sums it). Call before the
-    group is removed; a kernel without a CPU counter writes nothing."""
+    """Append the run's CPU time (every process it ever held, from its cgroup) to ``log``: where a test
+    bed's CPU goes, per pod and container (container_cpu sums it). Call before the group is removed; a
+    kernel without a CPU counter writes nothing."""
     cpu_s = instance.running.cgroup.cpu_seconds()
     if cpu_s is None:
         return
     metadata = pod["metadata"]
-    line = json.dumps(
-        {
-            "namespace": metadata["namespace"],
-            "pod": metadata["name"],
-            "labels": metadata.get("labels") or {},
-            "container": instance.spec["name"],
-            "image": instance.spec.get("image", ""),
-            "run": instance.number,
-            "cpu_s": round(cpu_s, 3),
-            "wall_s": round(time.time() - instance.running.started_at, 3),
-        }
+    run = container_cpu.Run(
+        namespace=metadata["namespace"],
+        pod=metadata["name"],
+        labels=metadata.get("labels") or {},
+        container=instance.spec["name"],
+        cpu_s=round(cpu_s, 3),
+        wall_s=round(time.time() - instance.running.started_at, 3),
     )
-    with _CPU_LOG_LOCK, log.open("a") as out:
-        out.write(line + "\n")
+    container_cpu.append(log, run)
 
 
 def release(instance: Instance, registry: mountpoints.Mountpoints) -> None:
