@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 
 import pydantic
@@ -91,7 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     ray_train.ensure_ray()
     grace = float(os.environ.get("TRAINOP_STOP_GRACE_S", DEFAULT_STOP_GRACE_S))
     preempt.install_driver_handler(config_module.paths_for(config).stop_file, grace_s=grace)
-    result = ray_train.run(config, inject_failure_at_step=inject)
+    try:
+        result = ray_train.run(config, inject_failure_at_step=inject)
+    except KeyboardInterrupt:  # a second SIGINT (preempt.install_driver_handler): no final checkpoint
+        print("trainop: stopped by a second SIGINT, without a final checkpoint", file=sys.stderr)
+        return 128 + signal.SIGINT
     if result.error:
         print(f"trainop: training failed: {result.error}", file=sys.stderr)
     else:

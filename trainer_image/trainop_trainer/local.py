@@ -22,6 +22,7 @@ import json
 import os
 import pathlib
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -102,9 +103,13 @@ def plan_local(
 
 
 class ProgressLine:
-    """Draws rank 0's status.json as one live line; announces worker-group restarts."""
+    """Draws rank 0's status.json as one live line; announces worker-group restarts. Progress updated
+    before ``since`` (this run's start, in status time format) is an earlier run's and is not shown."""
 
-    def __init__(self, status_file: storage.RunDir, events_file: storage.RunDir, out: TextIO) -> None:
+    def __init__(
+        self, status_file: storage.RunDir, events_file: storage.RunDir, out: TextIO, *, since: str = ""
+    ) -> None:
+        self.since = since
         self.status_file = status_file
         self.events_file = events_file
         self.out = out
@@ -145,7 +150,7 @@ class ProgressLine:
     def _render(self, *, final: bool) -> None:
         status = self._read()
         progress = status.get("progress") or {}
-        if not progress:
+        if not progress or str(progress.get("updated", "")) < self.since:
             return
         restarts = int(progress.get("workerRestarts", 0))
         if restarts > self._restarts:
@@ -187,6 +192,26 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _checkpoint_step(status_file: storage.RunDir) -> int | None:
+    """The checkpoint step an earlier run recorded in this state directory's status.json, if any."""
+    try:
+        step = (json.loads(status_file.read_text()).get("checkpoint") or {}).get("step")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return step if isinstance(step, int) else None
+
+
+def stopped_message(signum: int | None, step: int | None) -> str:
+    """What a run stopped by a signal (after its workers' checkpoint) says, and how to resume it."""
+    names: dict[int, str] = {signal.SIGINT: "Ctrl+C (SIGINT)", signal.SIGTERM: "SIGTERM"}
+    by = names.get(signum or 0, "a signal")
+    at = f" at step {step}" if step is not None else ""
+    return (
+        f"stopped by {by} after a checkpoint{at}; run `trainop run` on the same manifest again (without "
+        "--fresh) to resume from it"
+    )
+
+
 def final_status(
     *,
     result_outcome: str,
@@ -194,6 +219,8 @@ def final_status(
     status_file: storage.RunDir,
     plan: LocalPlan,
     start_time: str,
+    stopped_by: int | None = None,
+    stopped_at: int | None = None,
 ) -> trainingjob.TrainingJobStatus:
     """The status the operator would show for this run (operator fields filled in as it would)."""
     try:
@@ -212,7 +239,7 @@ def final_status(
             "Suspended",
             "True",
             "Interrupted",
-            "stopped by a signal after a checkpoint; run the same command again to resume",
+            stopped_message(stopped_by, stopped_at),
         )
     else:
         phase, condition = (
@@ -257,7 +284,8 @@ def run_manifest(
     out: TextIO | None = None,
 ) -> int:
     """Run every TrainingJob in the manifest file locally; returns the process exit code (0 ok, 1 training
-    failed, 2 invalid manifest). ``inject_failure_at_step`` (or $TRAINOP_INJECT_FAILURE_AT_STEP) kills one
+    failed, 2 invalid manifest, 128 + the signal's number when Ctrl+C or SIGTERM stopped it after a
+    checkpoint: 130 for Ctrl+C). ``inject_failure_at_step`` (or $TRAINOP_INJECT_FAILURE_AT_STEP) kills one
     worker once (``config.injected_failure_note`` says when)."""
     out = out or sys.stdout
     return run_each(
@@ -343,7 +371,15 @@ def _run_job(
     except data_source.DataSourceError as exc:
         print(f"trainop: error: {exc}", file=sys.stderr)
         return 2
+    paths = config_module.paths_for(config)
     print(f"trainop: running TrainingJob {name} locally; state in {run_dir}", file=out)
+    earlier = _checkpoint_step(paths.status_file)
+    if earlier is not None:
+        print(
+            f"trainop: note: an earlier run left a checkpoint at step {earlier} here; training resumes "
+            "from it (--fresh starts over)",
+            file=out,
+        )
     for note in plan.notes:
         print(f"trainop: note: {note}", file=out)
     if inject is not None:
@@ -354,16 +390,28 @@ def _run_job(
     ray_train.ensure_ray(
         num_cpus=plan.logical_cpus, num_gpus=plan.num_gpus or None, log_to_driver=verbose, quiet=not verbose
     )
-    paths = config_module.paths_for(config)
     preempt.reset()
     preempt.install_driver_handler(paths.stop_file, grace_s=STOP_GRACE_S)
     start_time = _now()
-    progress = ProgressLine(paths.status_file, paths.events_file, out)
+    progress = ProgressLine(paths.status_file, paths.events_file, out, since=start_time)
     progress.start()
+    result: ray_train.RunResult | None = None
     try:
         result = ray_train.run(config, inject_failure_at_step=inject)
+    except KeyboardInterrupt:  # Ctrl+C twice (preempt.install_driver_handler): no waiting for a checkpoint
+        pass
     finally:
         progress.stop()
+    if result is None:
+        import ray
+
+        ray.shutdown()  # this process's local Ray: its raylet, agents and workers
+        newest = _checkpoint_step(paths.status_file)
+        kept = (
+            f"its newest checkpoint, step {newest}, is kept" if newest is not None else "it has no checkpoint"
+        )
+        print(f"trainop: TrainingJob {name} stopped without a final checkpoint; {kept}", file=out)
+        return 128 + signal.SIGINT
     if result.error:
         print(f"trainop: training failed: {result.error}", file=sys.stderr)
     status = final_status(
@@ -372,7 +420,12 @@ def _run_job(
         status_file=paths.status_file,
         plan=plan,
         start_time=start_time,
+        stopped_by=preempt.signalled_with(),
+        stopped_at=result.step,
     )
     print(f"trainop: TrainingJob {name} {result.outcome}; status:", file=out)
     print(yaml.safe_dump({"status": status.to_wire()}, sort_keys=False).rstrip(), file=out)
+    signum = preempt.signalled_with()
+    if result.outcome in ("stopped", "preempted") and signum is not None:
+        return 128 + signum  # a shell's code for a run ended by that signal: `&&` does not go on
     return result.exit_code

@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 
 _requested = threading.Event()
 _signalled_at: list[float] = []
+_signals: list[int] = []
+_driver_handler = threading.Event()
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
@@ -80,21 +82,35 @@ def request() -> None:
 def reset() -> None:
     _requested.clear()
     _signalled_at.clear()
+    _signals.clear()
 
 
 def install_driver_handler(stop_file: storage.RunDir, *, grace_s: float) -> None:
     """On SIGTERM/SIGINT in a driver: ask the workers to checkpoint and stop (``stop_file``), and exit 0
-    after ``grace_s`` seconds if they have not finished by then. Call from the main thread, after
-    ``ray.init`` (which installs its own SIGTERM handler)."""
+    after ``grace_s`` seconds if they have not finished by then. A second SIGINT (Ctrl+C again) raises
+    KeyboardInterrupt in the main thread: stop now, without that checkpoint. Call from the main thread,
+    after ``ray.init`` (which installs its own SIGTERM handler); ``ray_train.run`` then keeps Ray Train's
+    fit() from replacing the SIGINT one."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
         del frame
         if _requested.is_set():
+            if signum == signal.SIGINT:  # the caller stops Ray (ray.shutdown at exit) and exits 130
+                os.write(2, b"trainop: Ctrl+C again: stopping now, without waiting for the checkpoint\n")
+                raise KeyboardInterrupt
             return
         _requested.set()
         _signalled_at.append(time.time())
+        _signals.append(signum)
         storage.write_text(stop_file, f"signal {signum} at {time.time()}\n")
-        os.write(2, f"trainop: received signal {signum}; asking workers to checkpoint and stop\n".encode())
+        if signum == signal.SIGINT:
+            what = (
+                "Ctrl+C (SIGINT): asking the workers to checkpoint and stop; Ctrl+C again stops now, "
+                "without it"
+            )
+        else:
+            what = f"received signal {signum}; asking workers to checkpoint and stop"
+        os.write(2, f"trainop: {what}\n".encode())
 
         def force_exit() -> None:
             os.write(2, f"trainop: workers did not stop within {grace_s:.0f}s; exiting\n".encode())
@@ -106,6 +122,17 @@ def install_driver_handler(stop_file: storage.RunDir, *, grace_s: float) -> None
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
+    _driver_handler.set()
+
+
+def driver_handler_installed() -> bool:
+    """Whether SIGTERM/SIGINT make this driver stop its workers at a checkpoint (install_driver_handler)."""
+    return _driver_handler.is_set()
+
+
+def signalled_with() -> int | None:
+    """The signal that first asked this driver to stop (None: none did)."""
+    return _signals[0] if _signals else None
 
 
 def pid_dir() -> pathlib.Path:

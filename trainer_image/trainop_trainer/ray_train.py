@@ -461,7 +461,7 @@ def run(config: trainer_config.TrainerConfig, *, inject_failure_at_step: int | N
         )
         failed: TrainingFailedError | None = None
         try:
-            trainer.fit()
+            fit_beside_driver_handler(trainer)
         except TrainingFailedError as exc:
             failed = exc
         decided = watcher.close() if watcher is not None else None
@@ -495,6 +495,37 @@ def run(config: trainer_config.TrainerConfig, *, inject_failure_at_step: int | N
         )
     outcome, step = _read_outcome(paths, launch_id)
     return RunResult(outcome=outcome, step=step)
+
+
+def fit_beside_driver_handler(trainer: Any) -> Any:
+    """``trainer.fit()``, on a thread of its own while the driver's SIGTERM/SIGINT handler is installed
+    (``preempt.install_driver_handler``) and this is the main thread.
+
+    On the main thread Ray Train's fit() replaces the process's SIGINT handler with its own, which aborts
+    the controller: the workers are stopped without trainop's checkpoint-and-stop, and the driver exits 1
+    printing nothing (seen 2026-11-29: Ctrl+C on `trainop run`). Off the main thread fit() leaves the
+    handler alone; the main thread waits in short joins, so that Python runs the handler at once."""
+    import threading
+
+    from trainop_trainer import preempt
+
+    if threading.current_thread() is not threading.main_thread() or not preempt.driver_handler_installed():
+        return trainer.fit()
+    outcome: dict[str, Any] = {}
+
+    def fit() -> None:
+        try:
+            outcome["result"] = trainer.fit()
+        except BaseException as exc:  # re-raised on the main thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=fit, name="trainop-fit", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.5)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("result")
 
 
 def _policy_supported() -> bool:
