@@ -11,6 +11,7 @@ CPU-seconds per minute and B/A. Stops both heads at the end (and on Ctrl+C).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -80,10 +81,8 @@ def main() -> None:
     finally:
         for signal_number in (15, 9):  # both heads' processes, found as they were measured
             for pid in snapshot():
-                try:
+                with contextlib.suppress(OSError):
                     os.kill(int(pid), signal_number)
-                except OSError:
-                    pass
             time.sleep(1)
     totals = {"A": 0.0, "B": 0.0}
     rows: dict[tuple[str, str], float] = {}
