@@ -115,24 +115,7 @@ def torchrun(
     config: trainer_config.TrainerConfig, tmp_path: pathlib.Path, **env: str
 ) -> subprocess.CompletedProcess[str]:
     path = trainer_support.write_config(config, tmp_path / f"{config.run_name}.json")
-    return subprocess.run(
-        [
-            trainer_support.PYTHON,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            "-m",
-            "trainop_trainer.launch",
-            "--config",
-            str(path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=trainer_support.subprocess_env(OMP_NUM_THREADS="1", **env),
-    )
+    return trainer_support.run_torchrun(path, **env)
 
 
 @pytest.mark.slow

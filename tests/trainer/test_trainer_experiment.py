@@ -63,24 +63,7 @@ def digits_config(
 
 def run_under_torchrun(config: trainer_config.TrainerConfig) -> subprocess.CompletedProcess[str]:
     path = trainer_support.write_config(config, pathlib.Path(config.storage_path) / "trainer.json")
-    return subprocess.run(
-        [
-            trainer_support.PYTHON,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            "-m",
-            "trainop_trainer.launch",
-            "--config",
-            str(path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=trainer_support.subprocess_env(OMP_NUM_THREADS="1"),
-    )
+    return trainer_support.run_torchrun(path)
 
 
 def tensorboard_scalars(log_dir: pathlib.Path, tag: str) -> list[tuple[int, float]]:
@@ -223,27 +206,10 @@ def test_a_user_entrypoints_evaluate_hook_feeds_status_and_ranks_its_checkpoints
     data["spec"]["tracking"] = {"tensorboard": True}
     config = trainer_config.TrainerConfig.model_validate(data, by_alias=True)
     path = trainer_support.write_config(config, tmp_path / "trainer.json")
-    done = subprocess.run(
-        [
-            trainer_support.PYTHON,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            "-m",
-            "trainop_trainer.launch",
-            "--config",
-            str(path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=trainer_support.subprocess_env(
-            OMP_NUM_THREADS="1",
-            PYTHONPATH=os.pathsep.join(
-                p for p in (str(trainer_support.EXAMPLES_USER), os.environ.get("PYTHONPATH")) if p
-            ),
+    done = trainer_support.run_torchrun(
+        path,
+        PYTHONPATH=os.pathsep.join(
+            p for p in (str(trainer_support.EXAMPLES_USER), os.environ.get("PYTHONPATH")) if p
         ),
     )
     assert done.returncode == 0, done.stdout + done.stderr

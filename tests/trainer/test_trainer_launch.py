@@ -97,24 +97,7 @@ def test_sigterm_to_a_training_process_writes_a_checkpoint_at_or_after_the_signa
 def test_a_run_checkpointed_on_2_ranks_resumes_on_1_rank_at_the_same_step(tmp_path: pathlib.Path) -> None:
     config = trainer_support.mlp_config(tmp_path, "two-to-one", workers=2, max_steps=60, interval_steps=10)
     path = trainer_support.write_config(config, tmp_path / "trainer.json")
-    two = subprocess.run(
-        [
-            trainer_support.PYTHON,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            "-m",
-            "trainop_trainer.launch",
-            "--config",
-            str(path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=trainer_support.subprocess_env(OMP_NUM_THREADS="1", TRAINOP_INJECT_FAILURE_AT_STEP="30"),
-    )
+    two = trainer_support.run_torchrun(path, timeout=300, TRAINOP_INJECT_FAILURE_AT_STEP="30")
     assert two.returncode != 0 and trainer_support.checkpoint_steps(config)[-1] == 30
     saved = trainer_support.final_model(config, 30)
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import pathlib
 import shutil
-import subprocess
 
 import torch
 import trainer_support
@@ -28,24 +27,7 @@ ACROSS_CPUS = 1e-6
 
 
 def train(config_path: pathlib.Path) -> str:
-    done = subprocess.run(
-        [
-            trainer_support.PYTHON,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            "-m",
-            "trainop_trainer.launch",
-            "--config",
-            str(config_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=trainer_support.subprocess_env(OMP_NUM_THREADS="1"),
-    )
+    done = trainer_support.run_torchrun(config_path, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     return done.stdout + done.stderr
 

@@ -30,18 +30,7 @@ def torchrun(config_path: pathlib.Path, *, nproc: int, nnodes: int = 1, **env: s
             rendezvous += ["--rdzv-endpoint", f"127.0.0.1:{port}"]
         agents.append(
             subprocess.Popen(
-                [
-                    trainer_support.PYTHON,
-                    "-m",
-                    "torch.distributed.run",
-                    *rendezvous,
-                    "--nproc-per-node",
-                    str(nproc),
-                    "-m",
-                    "trainop_trainer.launch",
-                    "--config",
-                    str(config_path),
-                ],
+                trainer_support.torchrun_command(config_path, nproc=nproc, rendezvous=rendezvous),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,

@@ -83,18 +83,7 @@ def test_a_profile_annotation_on_a_running_job_yields_a_loadable_trace_per_rank_
     path = trainer_support.write_config(config, tmp_path / "trainer.json")
     log = (tmp_path / "trainer.log").open("w")
     trainer = subprocess.Popen(
-        [
-            trainer_support.PYTHON,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            "-m",
-            "trainop_trainer.launch",
-            "--config",
-            str(path),
-        ],
+        trainer_support.torchrun_command(path),
         stdout=log,
         stderr=subprocess.STDOUT,
         env=trainer_support.subprocess_env(

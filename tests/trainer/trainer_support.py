@@ -12,7 +12,7 @@ import subprocess
 import sys
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from trainop.api import trainer_config
@@ -109,21 +109,36 @@ def exact_config(
     )
 
 
+def torchrun_command(
+    config_path: pathlib.Path, *, nproc: int = 2, rendezvous: Sequence[str] = ("--standalone",)
+) -> list[str]:
+    """The Trainer under torchrun (``trainop_trainer.launch``, no Ray) on ``nproc`` local ranks."""
+    return [
+        PYTHON, "-m", "torch.distributed.run", *rendezvous, "--nproc-per-node", str(nproc),
+        "-m", "trainop_trainer.launch", "--config", str(config_path),
+    ]  # fmt: skip
+
+
+def run_torchrun(
+    config_path: pathlib.Path, *, nproc: int = 2, timeout: float = 600, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """:func:`torchrun_command` to its end, one OpenMP thread per rank, ``env`` added; output captured."""
+    return subprocess.run(
+        torchrun_command(config_path, nproc=nproc),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=subprocess_env(**{"OMP_NUM_THREADS": "1", **env}),
+    )
+
+
 def uninterrupted_run(storage: pathlib.Path, strategy: str) -> dict[str, Any]:
     """The reference of the exact-resume tests: :func:`exact_config`'s 60 steps on 2 ranks without
     interruption, the same Trainer under torchrun instead of Ray Train (8 s instead of 25 s here). Ray Train
     must reproduce it bit for bit, so every equality to it also checks that the launcher does not change
     the math. The final model's parameters."""
     config = exact_config(storage, strategy)
-    path = write_config(config, storage / "trainer.json")
-    command = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-    done = subprocess.run(
-        [*command, "-m", "trainop_trainer.launch", "--config", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=subprocess_env(OMP_NUM_THREADS="1"),
-    )
+    done = run_torchrun(write_config(config, storage / "trainer.json"), timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert checkpoint_steps(config)[-1] == 60
     return final_model(config, 60)
