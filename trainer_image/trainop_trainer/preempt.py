@@ -86,8 +86,8 @@ def reset() -> None:
 
 
 def install_driver_handler(stop_file: storage.RunDir, *, grace_s: float) -> None:
-    """On SIGTERM/SIGINT in a driver: ask the workers to checkpoint and stop (``stop_file``), and exit 0
-    after ``grace_s`` seconds if they have not finished by then. A second SIGINT (Ctrl+C again) raises
+    """On SIGTERM/SIGINT in a driver: ask the workers to checkpoint and stop (``stop_file``), and exit (0
+    for SIGTERM, 130 for SIGINT) after ``grace_s`` seconds if they have not finished by then. A second SIGINT (Ctrl+C again) raises
     KeyboardInterrupt in the main thread: stop now, without that checkpoint. Call from the main thread,
     after ``ray.init`` (which installs its own SIGTERM handler); ``ray_train.run`` then keeps Ray Train's
     fit() from replacing the SIGINT one."""
@@ -114,7 +114,7 @@ def install_driver_handler(stop_file: storage.RunDir, *, grace_s: float) -> None
 
         def force_exit() -> None:
             os.write(2, f"trainop: workers did not stop within {grace_s:.0f}s; exiting\n".encode())
-            os._exit(0)
+            os._exit(0 if signum == signal.SIGTERM else 128 + signum)  # SIGTERM: a pod's end, not an error
 
         timer = threading.Timer(grace_s, force_exit)
         timer.daemon = True
