@@ -87,10 +87,10 @@ def reset() -> None:
 
 def install_driver_handler(stop_file: storage.RunDir, *, grace_s: float) -> None:
     """On SIGTERM/SIGINT in a driver: ask the workers to checkpoint and stop (``stop_file``), and exit (0
-    for SIGTERM, 130 for SIGINT) after ``grace_s`` seconds if they have not finished by then. A second SIGINT (Ctrl+C again) raises
-    KeyboardInterrupt in the main thread: stop now, without that checkpoint. Call from the main thread,
-    after ``ray.init`` (which installs its own SIGTERM handler); ``ray_train.run`` then keeps Ray Train's
-    fit() from replacing the SIGINT one."""
+    for SIGTERM, 130 for SIGINT) after ``grace_s`` seconds if they have not finished by then. A second
+    SIGINT (Ctrl+C again) raises KeyboardInterrupt in the main thread: stop now, without that checkpoint.
+    Call from the main thread, after ``ray.init`` (which installs its own SIGTERM handler);
+    ``ray_train.run`` then keeps Ray Train's fit() from replacing the SIGINT one."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
         del frame
