@@ -19,6 +19,13 @@ pool, as the trainer's synthetic images are), ``.to(device, non_blocking=True)``
 bf16 channels_last on the training stream; no side-stream prefetch. The trainer's own input path (prefetch on
 a copy stream, one fused normalisation kernel) is then measured against a loop that loads its data too.
 
+Each timed step ends with a CUDA event on the training stream (no synchronisation; read after the timed
+steps): ``window_rates`` gives the samples per second of each 10 timed steps, as the trainer's report windows
+do, and ``step_device_ms`` the device's time for each timed step, so that a dip inside the run shows.
+``BARE_DDP_STATS=start`` (issue #21): DDP times only its first 10 iterations for its runtime statistics, as
+the trainer's DDP does (switch ``ddp_stats``); by default DDP's own sampling, which also times every 100th
+and waits for the device in the forward after it.
+
 ``--no-compile`` runs ``-compile`` workloads eagerly under their own names (the suite's CPU smoke test).
 NVLink multicast stays off (``NCCL_NVLS_ENABLE=0`` and its PyTorch/NVSHMEM counterparts are set here too).
 
@@ -36,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import itertools
 import json
 import os
 import pathlib
@@ -181,6 +189,9 @@ def run_one(
         if use_ddp
         else model
     )
+    ddp_stats = os.environ.get("BARE_DDP_STATS", "sampled")
+    if use_ddp and ddp_stats == "start":
+        wrapped._set_ddp_runtime_logging_sample_rate(2**31 - 1)  # type: ignore[operator]
     train_model: Callable[[torch.Tensor], torch.Tensor] = (
         torch.compile(wrapped) if compile_ and name.endswith("-compile") else wrapped  # type: ignore[assignment]
     )
@@ -210,6 +221,14 @@ def run_one(
             optimizer.zero_grad(set_to_none=True)
         return loss
 
+    events: list[Any] = []  # the timed steps' ends on the training stream (CUDA), read after them
+
+    def mark() -> None:
+        if cuda:
+            event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            event.record()
+            events.append(event)
+
     for i in range(warmup + steps):
         if i == 1:
             sync()
@@ -217,9 +236,13 @@ def run_one(
         if i == warmup:
             sync()
             start = time.perf_counter()
+            mark()
         loss = step(i)
+        if i >= warmup:
+            mark()
     sync()
     seconds = time.perf_counter() - start
+    step_ms = [a.elapsed_time(b) for a, b in itertools.pairwise(events)]
     if trace_steps and trace_dir is not None:
         try:
             trace(step, first=warmup + steps, count=trace_steps, device=device, directory=trace_dir)
@@ -239,9 +262,14 @@ def run_one(
         "step_ms": 1e3 * seconds / steps,
         "samples_per_second": samples_per_second,
         "first_step_s": first_step_s,
+        "ddp_stats": ddp_stats if use_ddp else None,
         "loss": float(loss.item()),
         "peak_allocated_gib": (torch.cuda.max_memory_allocated(device) / 2**30) if cuda else None,
     }
+    if step_ms:
+        per_window = [sum(step_ms[k : k + 10]) for k in range(0, len(step_ms) - 9, 10)]
+        result["window_rates"] = [round(10 * batch * world_size / (ms / 1e3), 1) for ms in per_window]
+        result["step_device_ms"] = [round(ms, 2) for ms in step_ms]
     if name.startswith("gpt"):
         result["tokens_per_second"] = samples_per_second * GPT_SEQUENCE
         result["sequence_length"] = GPT_SEQUENCE

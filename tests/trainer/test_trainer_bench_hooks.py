@@ -82,8 +82,8 @@ def test_a_trace_window_records_the_asked_steps_and_the_loops_sections_on_every_
     facts = json.loads((trace_dir / "rank0.env.json").read_text())
     assert facts["traced_steps"] == 3 and facts["world_size"] == 1 and facts["torch_threads"] >= 1
     assert facts["switches"] == (
-        "batch_memory=slots,bucket_view=on,control_every=1,failed_group=kill,gc=auto,input=fused,"
-        "niceness=training,prefetch=eager,report_sync=lagged,restarts=controller"
+        "batch_memory=slots,bucket_view=on,control_every=1,ddp_stats=start,failed_group=kill,gc=auto,"
+        "input=fused,niceness=training,prefetch=eager,report_sync=lagged,restarts=controller"
     )
 
 
@@ -295,6 +295,30 @@ def test_bucket_views_are_the_default_and_off_gives_ddps_own_default(monkeypatch
     assert switches.DEFAULTS["bucket_view"] == "on" and switches.bucket_view()
     with trainer_support.switches_from_env(monkeypatch, "bucket_view=off"):
         assert not switches.bucket_view()
+
+
+def test_ddp_times_only_its_first_iterations_unless_asked_for_its_sampled_runtime_stats(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    """DDP's runtime statistics time its first 10 iterations and every 100th; on a GPU the forward after a
+    timed iteration waits for the device (issue #21's dips every 100 steps). The trainer's DDP (and a user's,
+    ``prepare_model``) times only the first 10 unless ``ddp_stats=sampled``. The iteration of DDP's last timed
+    iteration says which: 10, or 200 after 205 steps."""
+    from trainop_trainer import parallelize
+
+    spec = trainer_support.mlp_config(tmp_path, "ddp-stats", workers=1).spec
+    last_timed = {}
+    with trainer_support.world_of_one() as ctx:
+        for text in ("", "ddp_stats=sampled"):
+            with trainer_support.switches_from_env(monkeypatch, text):
+                parallel = parallelize.apply(torch.nn.Linear(4, 2), blocks=(), spec=spec, ctx=ctx)
+                for _ in range(205):
+                    parallel.train_model(torch.randn(3, 4)).sum().backward()
+                ddp = parallel.train_model
+                assert isinstance(ddp, torch.nn.parallel.DistributedDataParallel)
+                last_timed[text or "default"] = ddp._get_ddp_logging_data()["iteration"]
+    assert switches.DEFAULTS["ddp_stats"] == "start"
+    assert last_timed == {"default": 10, "ddp_stats=sampled": 200}
 
 
 def test_ray_train_workers_run_at_niceness_0_unless_asked_for_rays_default(

@@ -33,6 +33,13 @@ on every rank at once:
 - ``bucket_view`` (``parallelize.apply``, read once, when DDP wraps the model: a process-level choice).
   ``on`` (default): DDP's ``gradient_as_bucket_view`` (gradients are views into the all-reduce buckets, no
   copy into them). ``off``: DDP's own default, as in bench/gpu/bare_ddp.py.
+- ``ddp_stats`` (``parallelize.time_ddp_start_only``, read once, when DDP wraps the model: a process-level
+  choice). ``start`` (default): DDP times only its first 10 iterations for its runtime statistics
+  (``DistributedDataParallel._get_ddp_logging_data``). ``sampled``: DDP's own default, which also times every
+  100th iteration; the forward after it then waits for the previous iteration's CUDA events, so every 100
+  steps the host loses its lead over the GPU and the GPU waits for the next launches (the dips every 100
+  steps of issue #21, 2x H200, 2026-11-29, docs/benchmarks-gpu.md round 17). bench/gpu/bare_ddp.py keeps
+  DDP's default unless ``BARE_DDP_STATS=start``.
 - ``restarts`` (``ray_train.run``, read once, in the driver: a process-level choice). ``controller``
   (default): trainop's failure policy decides in-attempt restarts inside Ray Train's controller, which starts
   only a new worker group (``restart_policy``). ``driver``: the loop before 2026-11-27, every restart a new
@@ -79,6 +86,7 @@ INPUT_MODES = ("fused", "lean", "f32")
 PREFETCH_MODES = ("eager", "after", "repeat")
 REPORT_SYNC_MODES = ("lagged", "device")
 BUCKET_VIEW_MODES = ("on", "off")
+DDP_STATS_MODES = ("start", "sampled")
 RESTART_MODES = ("controller", "driver")
 FAILED_GROUP_MODES = ("kill", "graceful")
 GC_MODES = ("auto", "synced")
@@ -90,6 +98,7 @@ DEFAULTS: dict[str, str | int] = {
     "report_sync": "lagged",
     "control_every": 1,
     "bucket_view": "on",
+    "ddp_stats": "start",
     "restarts": "controller",
     "failed_group": "kill",
     "gc": "auto",
@@ -102,6 +111,7 @@ _CHOICES = {
     "prefetch": PREFETCH_MODES,
     "report_sync": REPORT_SYNC_MODES,
     "bucket_view": BUCKET_VIEW_MODES,
+    "ddp_stats": DDP_STATS_MODES,
     "restarts": RESTART_MODES,
     "failed_group": FAILED_GROUP_MODES,
     "gc": GC_MODES,
@@ -166,6 +176,10 @@ def report_sync() -> str:
 
 def bucket_view() -> bool:
     return values["bucket_view"] == "on"
+
+
+def ddp_stats_sampled() -> bool:
+    return values["ddp_stats"] == "sampled"
 
 
 def restarts_in_controller() -> bool:

@@ -48,7 +48,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from trainop.api import trainingjob
-from trainop_trainer import evaluation, stateful, step_schedule
+from trainop_trainer import evaluation, parallelize, stateful, step_schedule
 from trainop_trainer.runtime import Runtime
 from trainop_trainer.step_schedule import Outcome
 
@@ -168,7 +168,7 @@ class Context:
         if channels_last:
             model.to(memory_format=torch.channels_last)
         device_ids = [self.device.index] if self.device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=device_ids)
+        return parallelize.time_ddp_start_only(DistributedDataParallel(model, device_ids=device_ids))
 
     def load_checkpoint(self) -> Restored | None:
         """The newest valid checkpoint's state (collective), or None on a fresh start."""
