@@ -54,8 +54,13 @@ DDP_STATS_SAMPLE_RATE = 2**31 - 1
 def time_ddp_start_only(ddp: DistributedDataParallel) -> DistributedDataParallel:
     """Unless ``switches`` ``ddp_stats=sampled``: DDP times no iteration after its first 10 (no host-device
     synchronisation every 100 steps). Returns ``ddp``."""
-    if not switches.ddp_stats_sampled():
-        ddp._set_ddp_runtime_logging_sample_rate(DDP_STATS_SAMPLE_RATE)  # type: ignore[no-untyped-call]
+    if switches.ddp_stats_sampled():
+        return ddp
+    setter = getattr(ddp, "_set_ddp_runtime_logging_sample_rate", None)  # private: absent in some torch
+    if setter is None:
+        log.info("this torch's DDP has no runtime-statistics sample rate; DDP samples every 100th step")
+        return ddp
+    setter(DDP_STATS_SAMPLE_RATE)
     return ddp
 
 
