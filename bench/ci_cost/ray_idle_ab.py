@@ -18,25 +18,30 @@ import sys
 import time
 from pathlib import Path
 
+import cpu_by_process  # this directory's: run as a script, bench/ci_cost is on sys.path
+
 HZ = os.sysconf("SC_CLK_TCK")
 RAY = str(Path(sys.executable).with_name("ray"))
 
 
 def snapshot() -> dict[str, tuple[str, str, float]]:
-    """pid -> (head, command, CPU-seconds) of every process that carries AB_TAG or descends from one that
-    does (the dashboard's module processes come from a fork server that does not pass the variable on)."""
+    """pid -> (head, kind of process, CPU-seconds) of every process that carries AB_TAG or descends from one
+    that does (the dashboard's module processes come from a fork server that does not pass the variable on).
+    The command line, its kind and the CPU ticks are read as ``cpu_by_process`` reads them."""
     seen: dict[str, tuple[str | None, str, str, float]] = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
             env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            tag = next((e[len(b"AB_TAG=") :].decode() for e in env if e.startswith(b"AB_TAG=")), None)
-            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
+            parent = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+        except (OSError, IndexError):
             continue
-        seen[pid] = (tag, fields[1], command, (int(fields[11]) + int(fields[12])) / HZ)
+        argv, ticks = cpu_by_process.argv_of(int(pid)), cpu_by_process.ticks_of(int(pid))
+        if argv is None or ticks is None:
+            continue
+        tag = next((e[len(b"AB_TAG=") :].decode() for e in env if e.startswith(b"AB_TAG=")), None)
+        seen[pid] = (tag, parent, cpu_by_process.kind_of(argv), ticks[1] / HZ)
 
     def head(pid: str, depth: int = 0) -> str | None:
         if pid not in seen or depth > 20:
@@ -45,10 +50,10 @@ def snapshot() -> dict[str, tuple[str, str, float]]:
         return tag if tag is not None else head(parent, depth + 1)
 
     found: dict[str, tuple[str, str, float]] = {}
-    for pid, (_, _, command, cpu) in seen.items():
+    for pid, (_, _, kind, cpu) in seen.items():
         tag = head(pid)
         if tag is not None:
-            found[pid] = (tag, command, cpu)
+            found[pid] = (tag, kind, cpu)
     return found
 
 
@@ -86,11 +91,10 @@ def main() -> None:
             time.sleep(1)
     totals = {"A": 0.0, "B": 0.0}
     rows: dict[tuple[str, str], float] = {}
-    for pid, (tag, command, cpu) in after.items():
-        used = cpu - before.get(pid, (tag, command, 0.0))[2]
+    for pid, (tag, kind, cpu) in after.items():
+        used = cpu - before.get(pid, (tag, kind, 0.0))[2]
         totals[tag] += used
-        name = command.split(" --")[0].split("/")[-1][:60]
-        rows[(name, tag)] = rows.get((name, tag), 0.0) + used
+        rows[(kind, tag)] = rows.get((kind, tag), 0.0) + used
     for (name, tag), used in sorted(rows.items()):
         if used >= 0.05:
             print(f"{tag} {used:6.2f}  {name}")

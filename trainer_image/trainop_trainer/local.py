@@ -414,18 +414,18 @@ def _run_job(
         return 128 + signal.SIGINT
     if result.error:
         print(f"trainop: training failed: {result.error}", file=sys.stderr)
+    signum = preempt.signalled_with()
     status = final_status(
         result_outcome=result.outcome,
         error=result.error,
         status_file=paths.status_file,
         plan=plan,
         start_time=start_time,
-        stopped_by=preempt.signalled_with(),
+        stopped_by=signum,
         stopped_at=result.step,
     )
     print(f"trainop: TrainingJob {name} {result.outcome}; status:", file=out)
     print(yaml.safe_dump({"status": status.to_wire()}, sort_keys=False).rstrip(), file=out)
-    signum = preempt.signalled_with()
     if result.outcome in ("stopped", "preempted") and signum is not None:
         return 128 + signum  # a shell's code for a run ended by that signal: `&&` does not go on
     return result.exit_code

@@ -36,15 +36,14 @@ from trainop_trainer import storage
 log = logging.getLogger(__name__)
 
 _requested = threading.Event()
-_signalled_at: list[float] = []
-_signals: list[int] = []
+_signalled: list[tuple[float, int]] = []  # (when, signal number) of the first signal
 _driver_handler = threading.Event()
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
     del frame
     if not _requested.is_set():
-        _signalled_at.append(time.time())
+        _signalled.append((time.time(), signum))
     _requested.set()
     # Logging from a signal handler can deadlock on the logging lock; a raw write cannot.
     os.write(2, f"trainop: received signal {signum}; checkpointing at the next step\n".encode())
@@ -72,7 +71,7 @@ def requested() -> bool:
 
 
 def signalled_at() -> float | None:
-    return _signalled_at[0] if _signalled_at else None
+    return _signalled[0][0] if _signalled else None
 
 
 def request() -> None:
@@ -81,8 +80,7 @@ def request() -> None:
 
 def reset() -> None:
     _requested.clear()
-    _signalled_at.clear()
-    _signals.clear()
+    _signalled.clear()
 
 
 def install_driver_handler(stop_file: storage.RunDir, *, grace_s: float) -> None:
@@ -100,8 +98,7 @@ def install_driver_handler(stop_file: storage.RunDir, *, grace_s: float) -> None
                 raise KeyboardInterrupt
             return
         _requested.set()
-        _signalled_at.append(time.time())
-        _signals.append(signum)
+        _signalled.append((time.time(), signum))
         storage.write_text(stop_file, f"signal {signum} at {time.time()}\n")
         if signum == signal.SIGINT:
             what = (
@@ -132,7 +129,7 @@ def driver_handler_installed() -> bool:
 
 def signalled_with() -> int | None:
     """The signal that first asked this driver to stop (None: none did)."""
-    return _signals[0] if _signals else None
+    return _signalled[0][1] if _signalled else None
 
 
 def pid_dir() -> pathlib.Path:
