@@ -36,14 +36,14 @@ from trainop_trainer import storage
 log = logging.getLogger(__name__)
 
 _requested = threading.Event()
-_signalled: list[tuple[float, int]] = []  # (when, signal number) of the first signal
+_signals: list[int] = []  # the signal that asked first
 _driver_handler = threading.Event()
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
     del frame
     if not _requested.is_set():
-        _signalled.append((time.time(), signum))
+        _signals.append(signum)
     _requested.set()
     # Logging from a signal handler can deadlock on the logging lock; a raw write cannot.
     os.write(2, f"trainop: received signal {signum}; checkpointing at the next step\n".encode())
@@ -70,17 +70,13 @@ def requested() -> bool:
     return _requested.is_set()
 
 
-def signalled_at() -> float | None:
-    return _signalled[0][0] if _signalled else None
-
-
 def request() -> None:
     _requested.set()
 
 
 def reset() -> None:
     _requested.clear()
-    _signalled.clear()
+    _signals.clear()
 
 
 def install_driver_handler(stop_file: storage.RunDir, *, grace_s: float) -> None:
@@ -98,7 +94,7 @@ def install_driver_handler(stop_file: storage.RunDir, *, grace_s: float) -> None
                 raise KeyboardInterrupt
             return
         _requested.set()
-        _signalled.append((time.time(), signum))
+        _signals.append(signum)
         storage.write_text(stop_file, f"signal {signum} at {time.time()}\n")
         if signum == signal.SIGINT:
             what = (
@@ -129,7 +125,7 @@ def driver_handler_installed() -> bool:
 
 def signalled_with() -> int | None:
     """The signal that first asked this driver to stop (None: none did)."""
-    return _signalled[0][1] if _signalled else None
+    return _signals[0] if _signals else None
 
 
 def pid_dir() -> pathlib.Path:
