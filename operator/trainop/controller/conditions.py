@@ -175,7 +175,7 @@ def storage(
                 "(the RayJob is created once it exists) or unset existingClaim so that trainop creates one.",
             )
         case observe.ClaimPhase.MISSING | observe.ClaimPhase.PENDING:
-            # MISSING here: the reconcile writing this creates the claim next, unbound like any new one.
+            # MISSING here: the reconcile writing this creates the claim first, unbound like any new one.
             return Desired(
                 STORAGE_READY,
                 "False",

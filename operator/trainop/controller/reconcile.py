@@ -12,8 +12,11 @@
       ``events``), then the operator-owned status fields, as a JSON merge patch computed against what
       was read, so the trainer's fields (progress, checkpoint, network) are never part of it --
       (two round trips), concurrently with the children that depend on none of that record: the
-      ServiceAccount and the Role;
-   b. the children that do: the claim, the ConfigMap, the RoleBinding (``CREATION_WAVES``);
+      ServiceAccount, the Role and the claim. The status waits for the claim: it reports on it
+      (StorageReady, ``children``) and names the RayJob that mounts it, so it is not written while the
+      claim it calls Pending does not exist, nor when the claim's creation was refused and the status
+      does not say so yet (the error is kept; the retried reconcile's status tells it);
+   b. the children that do: the ConfigMap, the RoleBinding (``CREATION_WAVES``);
    c. the attempt's RayJob; RayJobs of other attempts are deleted; or, after ttlSecondsAfterFinished,
       the owner itself instead of b and c.
    A child is written only when the cache says it must be: a create-only child that is not there; the
@@ -24,9 +27,9 @@
 
 Writing the status before acting on it makes every crash window safe: a restarted operator reads the
 recorded intent (a failure, a new attempt number) and repeats the same idempotent actions. What is written
-beside the status in step a is the same whatever the status says (a crash there leaves a ServiceAccount or
-Role that the next reconcile finds in place); what depends on the accepted spec or the attempt waits for
-the record.
+beside the status in step a is the same whatever the status says (a crash there leaves a ServiceAccount,
+Role or claim that the next reconcile finds in place: the claim is built from the owner's identity and
+``spec.checkpoint.storage``, which is immutable); what depends on the attempt waits for the record.
 
 Returns when to reconcile again (``requeue_after``), for restart backoffs, deadlines and TTLs. This module
 must not be called for one owner by two tasks at once (the work queue guarantees it), and keeps no state
@@ -41,7 +44,7 @@ import dataclasses
 import datetime
 import enum
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import pydantic
@@ -88,16 +91,20 @@ class Result:
 
 # Children are written in waves; the children of one wave do not depend on each other and are written
 # concurrently. The first wave depends on nothing the reconcile records -- a ServiceAccount and a Role are
-# a function of the owner's kind, name and uid alone, not of the spec it accepted nor of the attempt its
-# status records -- so it is written concurrently with the owner's own writes (the accepted spec, the
-# Events, the status). The rest follow the status: the claim (built from the accepted spec), the
-# ConfigMap (the attempt's config) and the RoleBinding (RBAC's escalation check reads its Role: 404
-# without it); then the RayJob, whose pods need all the others, only once they are in place.
+# a function of the owner's kind, name and uid alone, the claim of those and spec.checkpoint.storage
+# (immutable), none of the attempt its status records -- so it is written concurrently with the owner's
+# own writes (the accepted spec, the Events, the status). The rest follow the status: the ConfigMap (the
+# attempt's config) and the RoleBinding (RBAC's escalation check reads its Role: 404 without it); then the
+# RayJob, whose pods need all the others, only once they are in place.
 CREATION_WAVES: tuple[frozenset[str], ...] = (
-    frozenset({"ServiceAccount", "Role"}),
-    frozenset({"PersistentVolumeClaim", "ConfigMap", "RoleBinding"}),
+    frozenset({"ServiceAccount", "Role", "PersistentVolumeClaim"}),
+    frozenset({"ConfigMap", "RoleBinding"}),
     frozenset({"RayJob"}),
 )
+# Of the first wave, what the status waits for: it says the claim is there (StorageReady ClaimPending,
+# children.persistentVolumeClaim) and names the RayJob that mounts it. Written after it, the status named
+# a claim that did not exist yet -- or never, when its creation was refused (quota).
+BEFORE_STATUS = frozenset({"PersistentVolumeClaim"})
 
 
 def utcnow() -> datetime.datetime:
@@ -152,20 +159,25 @@ class Reconciler:
                 writes = await self._needed_writes(key, verdict.resource, transition, read)
         waves = [[(m, how) for m, how in writes if m["kind"] in wave] for wave in CREATION_WAVES]
         errors: dict[str, observe.Problem] = {}
-        # The record of intent and the children that depend on none of it, concurrently.
-        recorded, first_wave = await asyncio.gather(
-            self._record(key, kind, resource_api, body, verdict, transition, read),
-            self._write_wave(key, waves[0], errors),
-            return_exceptions=True,
-        )
-        if isinstance(recorded, BaseException):
-            raise recorded  # nothing that depends on the record was written
-        if transition.delete_owner:
-            log.info("%s: ttlSecondsAfterFinished passed; deleting it", key)
-            await self._kube.delete(resource_api, key.namespace, key.name, uid=body["metadata"]["uid"])
-            return Result(transition=transition)
         owner_uid = verdict.resource.metadata.uid if verdict.resource is not None else None
         try:
+            # The record of intent and the children that depend on none of it, concurrently; the status
+            # waits for the claim.
+            claim = asyncio.ensure_future(
+                self._write_wave(key, [w for w in waves[0] if w[0]["kind"] in BEFORE_STATUS], errors)
+            )
+            recorded, first_wave, _ = await asyncio.gather(
+                self._record(key, kind, resource_api, body, verdict, transition, read, claim),
+                self._write_wave(key, [w for w in waves[0] if w[0]["kind"] not in BEFORE_STATUS], errors),
+                claim,
+                return_exceptions=True,
+            )
+            if isinstance(recorded, BaseException):
+                raise recorded  # nothing that depends on the record was written
+            if transition.delete_owner:
+                log.info("%s: ttlSecondsAfterFinished passed; deleting it", key)
+                await self._kube.delete(resource_api, key.namespace, key.name, uid=body["metadata"]["uid"])
+                return Result(transition=transition)
             if isinstance(first_wave, BaseException):
                 raise first_wave
             for wave in waves[1:]:
@@ -187,9 +199,9 @@ class Reconciler:
                 if errors:
                     log.warning("%s: %s", key, "; ".join(p.message for p in errors.values()))
         if changed:
-            # The status this reconcile wrote was computed from the previous creation errors (it is written
-            # before the children): e.g. still QuotaExceeded although the claim now exists. Our own
-            # creations' watch events do not wake the owner, so look again at once.
+            # The status this reconcile wrote was decided from the previous creation errors (before any
+            # write): e.g. still QuotaExceeded although the claim now exists. Our own creations' watch
+            # events do not wake the owner, so look again at once.
             return Result(requeue_after=0.0, transition=transition)
         return Result(requeue_after=transition.requeue_after, transition=transition)
 
@@ -202,8 +214,10 @@ class Reconciler:
         verdict: acceptance.Acceptance,
         transition: state_machine.Transition,
         read: _Read,
+        claim: Awaitable[None],
     ) -> None:
-        """The owner's own writes: the accepted spec and the Events, then the status that records them."""
+        """The owner's own writes: the accepted spec and the Events, then -- once ``claim`` (its write, if
+        any) is done -- the status that records them."""
         annotation = (
             self._kube.patch(
                 resource_api,
@@ -221,6 +235,13 @@ class Reconciler:
             *([annotation] if annotation is not None else []),
             events.post(self._kube, body, transition.events, now=now),
         )
+        refused: Exception | None = None
+        try:
+            await claim
+        except Exception as error:
+            refused = error
+        if refused is not None and not _status_tells(refused, read.observed):
+            raise refused  # this status says the claim is there: it is written once it is
         patch = transition.status.merge_patch_from(body.get("status"))
         if patch:
             await self._kube.patch(
@@ -235,6 +256,8 @@ class Reconciler:
                 metrics.record_failure(kind, transition.failed)
             if transition.time_to_running is not None:
                 metrics.record_time_to_running(kind, transition.time_to_running)
+        if refused is not None:
+            raise refused
 
     def _observe(
         self, key: OwnerKey, kind: kinds.Kind, body: Mapping[str, Any], verdict: acceptance.Acceptance
@@ -403,6 +426,14 @@ class Write(enum.Enum):
     CREATE = "create"
     APPLY = "apply"
     ADOPT = "adopt"
+
+
+def _status_tells(refused: Exception, observed: state_machine.Observed) -> bool:
+    """Whether a status decided from ``observed`` is still true after the claim's creation failed: it
+    says a creation of the claim was refused already, or the namespace, the owner with it, is going away."""
+    if not isinstance(refused, kube.ApiError):
+        return False
+    return "PersistentVolumeClaim" in observed.create_errors or kube.namespace_terminating(refused)
 
 
 def _storage_check(raw_status: Mapping[str, Any]) -> trainingjob.StorageStatus | None:

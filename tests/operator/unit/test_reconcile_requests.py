@@ -21,12 +21,10 @@ NOW = datetime.datetime(2026, 3, 1, 12, 0, 0, tzinfo=datetime.UTC)
 KEY = reconcile.OwnerKey("TrainingJob", "team-a", "mlp")
 #: Written beside the owner's status: they depend on nothing it records.
 BESIDE_STATUS = {"apply ServiceAccount mlp-trainer", "apply Role mlp-trainer"}
-#: Written after the status: they depend on the accepted spec or the attempt it records.
-AFTER_STATUS = {
-    "create PersistentVolumeClaim mlp-ckpt",
-    "apply ConfigMap mlp-trainer",
-    "apply RoleBinding mlp-trainer",
-}
+#: Written beside the owner's other writes too, but before its status, which says the claim is there.
+BEFORE_STATUS = {"create PersistentVolumeClaim mlp-ckpt"}
+#: Written after the status: they depend on the attempt it records.
+AFTER_STATUS = {"apply ConfigMap mlp-trainer", "apply RoleBinding mlp-trainer"}
 
 
 class Operator:
@@ -86,20 +84,22 @@ async def test_a_new_job_records_its_intent_before_every_child_that_depends_on_i
             "patch TrainingJob mlp",
             "patch-status TrainingJob mlp",
             *BESIDE_STATUS,
+            *BEFORE_STATUS,
             *AFTER_STATUS,
             "create RayJob mlp-a1",
         ]
     )
-    # The accepted spec, then the record of intent...
+    # The accepted spec and the claim the status reports on, then the record of intent...
     assert fake.before("patch TrainingJob mlp", "patch-status TrainingJob mlp")
+    assert all(fake.before(child, "patch-status TrainingJob mlp") for child in BEFORE_STATUS)
     # ...before what depends on them; the RoleBinding after its Role (RBAC's escalation check reads it).
     assert all(fake.before("patch-status TrainingJob mlp", child) for child in AFTER_STATUS)
     assert fake.before("apply Role mlp-trainer", "apply RoleBinding mlp-trainer")
     # The RayJob last, once everything its pods need is in place.
     assert all(fake.before(w, "create RayJob mlp-a1") for w in writes if w != "create RayJob mlp-a1")
     # What depends on nothing the status records does not wait for it: read, owner writes (the
-    # ServiceAccount and Role beside them), the claim/ConfigMap/RoleBinding, the RayJob.
-    assert not any(fake.before("patch TrainingJob mlp", child) for child in BESIDE_STATUS)
+    # ServiceAccount, Role and claim beside them), the status, the ConfigMap/RoleBinding, the RayJob.
+    assert not any(fake.before("patch TrainingJob mlp", child) for child in BESIDE_STATUS | BEFORE_STATUS)
     assert fake.round_trips() == 5
     owner = fake.get_object("TrainingJob", "mlp")
     assert owner is not None and owner["status"]["children"]["rayJob"] == "mlp-a1"
@@ -121,7 +121,12 @@ async def test_a_status_write_that_fails_leaves_every_child_that_depends_on_it_u
         await operator.reconcile()
     assert not set(fake.writes()) & (AFTER_STATUS | {"create RayJob mlp-a1"})
     # Only what is the same whatever the status says was written beside it.
-    assert set(fake.writes()) == {"patch TrainingJob mlp", "patch-status TrainingJob mlp", *BESIDE_STATUS}
+    assert set(fake.writes()) == {
+        "patch TrainingJob mlp",
+        "patch-status TrainingJob mlp",
+        *BESIDE_STATUS,
+        *BEFORE_STATUS,
+    }
 
 
 async def test_a_reconcile_that_finds_everything_in_place_reads_the_owner_and_writes_nothing(
@@ -170,13 +175,16 @@ async def test_a_crash_after_the_status_write_is_finished_by_the_next_reconcile_
     fake: FakeKube, operator: Operator
 ) -> None:
     new_job(fake)
+    recorded = False
 
-    def crash_at_children(request: Request) -> kube.ApiError | None:
-        if request.kind != "TrainingJob":
+    def crash_after_the_status(request: Request) -> kube.ApiError | None:
+        nonlocal recorded
+        recorded = recorded or request.verb == "patch-status"
+        if recorded and request.kind != "TrainingJob":
             return kube.ApiError(503, "ServiceUnavailable", "the operator died here")
         return None
 
-    fake.fail_on = crash_at_children
+    fake.fail_on = crash_after_the_status
     with pytest.raises(kube.ApiError):
         await operator.reconcile()
     assert fake.get_object("RayJob", "mlp-a1") is None
@@ -184,6 +192,7 @@ async def test_a_crash_after_the_status_write_is_finished_by_the_next_reconcile_
     operator.restart()
     writes = await operator.reconcile()
     assert "patch-status TrainingJob mlp" not in writes  # the intent was recorded already: nothing to add
+    # The claim was made before the status; the restarted process applies the RBAC children once.
     assert sorted(writes) == sorted([*BESIDE_STATUS, *AFTER_STATUS, "create RayJob mlp-a1"])
     assert all(fake.before(w, "create RayJob mlp-a1") for w in writes if w != "create RayJob mlp-a1")
     owner = fake.get_object("TrainingJob", "mlp")
@@ -261,6 +270,80 @@ async def test_a_job_waiting_for_its_existing_claim_creates_no_rayjob_until_the_
         {**claim, "metadata": {**claim["metadata"], "namespace": "team-a"}, "status": {"phase": "Bound"}}
     )
     assert (await operator.reconcile())[-1] == "create RayJob mlp-a1"
+
+
+async def test_a_job_recreated_after_its_namesakes_claim_went_says_its_claim_is_pending_only_once_it_exists(
+    fake: FakeKube, operator: Operator
+) -> None:
+    """Seen in CI (test_status_truths): the status named the new RayJob and said ClaimPending, and the
+    claim was not there yet -- the status was written before the claim it reports on."""
+    old_owner = "0f0e0d0c-0000-4000-8000-0000000000aa"
+    old_claim = fake.put(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {
+                "name": "mlp-ckpt",
+                "namespace": "team-a",
+                "ownerReferences": [
+                    {
+                        "apiVersion": "trainop.dev/v1alpha1",
+                        "kind": "TrainingJob",
+                        "name": "mlp",
+                        "uid": old_owner,
+                    }
+                ],
+                "deletionTimestamp": "2026-03-01T11:59:00Z",
+                "finalizers": ["trainop.dev/test-hold"],
+            },
+            "status": {"phase": "Bound"},
+        }
+    )
+    owner_uid = new_job(fake, checkpoint={"storage": {"deleteWithJob": True}})["metadata"]["uid"]
+    writes = await operator.reconcile()
+    assert not any("PersistentVolumeClaim" in w or "RayJob" in w for w in writes)
+    assert storage_ready(fake) == ("False", "ClaimBeingDeleted")
+
+    del fake.objects[FakeKube._path_of(old_claim)]  # its finalizer removed: the old claim goes
+    named = []
+
+    def status_write(request: Request) -> kube.ApiError | None:
+        if request.verb == "patch-status":
+            claim = fake.get_object("PersistentVolumeClaim", "mlp-ckpt")
+            named.append(None if claim is None else [r["uid"] for r in claim["metadata"]["ownerReferences"]])
+        return None
+
+    fake.fail_on = status_write
+    await operator.reconcile()
+    owner = fake.get_object("TrainingJob", "mlp")
+    assert owner is not None and owner["status"]["children"]["rayJob"] == "mlp-a1"
+    assert storage_ready(fake) == ("False", "ClaimPending")
+    assert named == [[owner_uid]]  # when that status was written, the new claim was there, the new job's
+
+
+async def test_a_refused_claim_is_never_called_pending_and_its_rayjob_never_named(
+    fake: FakeKube, operator: Operator
+) -> None:
+    new_job(fake)
+
+    def quota(request: Request) -> kube.ApiError | None:
+        if request.verb == "create" and request.kind == "PersistentVolumeClaim":
+            return kube.ApiError(
+                403, "Forbidden", 'persistentvolumeclaims "mlp-ckpt" is forbidden: exceeded quota'
+            )
+        return None
+
+    fake.fail_on = quota
+    for _ in range(2):
+        with pytest.raises(kube.ApiError, match="exceeded quota"):
+            await operator.reconcile()
+        owner = fake.get_object("TrainingJob", "mlp")
+        assert owner is not None
+        status = owner.get("status") or {}
+        assert "rayJob" not in (status.get("children") or {})
+        assert "ClaimPending" not in [c["reason"] for c in status.get("conditions") or []]
+    assert storage_ready(fake) == ("False", "QuotaExceeded")
+    assert fake.get_object("RayJob", "mlp-a1") is None
 
 
 async def test_a_namespace_being_deleted_ends_the_reconcile_quietly_with_nothing_to_retry(
@@ -346,7 +429,7 @@ async def test_the_trainers_check_of_the_bucket_wakes_the_operator_and_storage_r
 async def test_a_claim_created_after_a_refusal_asks_for_another_look_so_the_status_catches_up(
     fake: FakeKube, operator: Operator
 ) -> None:
-    """The status is written before the children: the reconcile that finally creates a refused claim wrote
+    """The status is decided before any write: the reconcile that finally creates a refused claim wrote
     the old QuotaExceeded. Its own creation's watch event does not wake the owner, so it must ask for a
     reconcile at once (requeue 0), and that one writes the truth. Seen in CI: StorageReady said
     QuotaExceeded for good while the claim and the RayJob existed."""
@@ -369,7 +452,7 @@ async def test_a_claim_created_after_a_refusal_asks_for_another_look_so_the_stat
     operator.watches.sync()
     created = await operator.reconciler.reconcile(KEY)
     assert fake.get_object("PersistentVolumeClaim", "mlp-ckpt") is not None
-    assert storage_ready(fake) == ("False", "QuotaExceeded")  # written before the claim
+    assert storage_ready(fake) == ("False", "QuotaExceeded")  # decided before the claim was made
     assert created.requeue_after == 0.0
     await operator.reconcile()
     assert storage_ready(fake)[1] != "QuotaExceeded"
