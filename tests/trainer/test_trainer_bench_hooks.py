@@ -83,7 +83,7 @@ def test_a_trace_window_records_the_asked_steps_and_the_loops_sections_on_every_
     assert facts["traced_steps"] == 3 and facts["world_size"] == 1 and facts["torch_threads"] >= 1
     assert facts["switches"] == (
         "batch_memory=slots,bucket_view=on,control_every=1,ddp_stats=start,failed_group=kill,gc=auto,"
-        "input=fused,niceness=training,prefetch=eager,report_sync=lagged,restarts=controller"
+        "input=fused,niceness=training,normalise=step,prefetch=eager,report_sync=lagged,restarts=controller"
     )
 
 
@@ -208,6 +208,7 @@ def test_ab_blocks_switch_at_the_asked_steps_log_each_block_and_compute_the_same
     [
         ("input=fast", "input"),
         ("prefetch=late", "prefetch"),
+        ("normalise=host", "normalise"),
         ("report_sync=never", "report_sync"),
         ("speed=1", "speed"),
         ("control_every=0", "control_every"),
@@ -285,6 +286,8 @@ def test_fused_image_input_is_within_float32_rounding_of_the_reference_in_layout
     assert (low.double() - reference.to(torch.bfloat16).double()).abs().max() <= 2**-7 * 3
     assert switches.DEFAULTS["input"] == "fused" and switches.parse("input=lean") == {"input": "lean"}
     assert switches.DEFAULTS["prefetch"] == "eager" and switches.DEFAULTS["report_sync"] == "lagged"
+    assert switches.DEFAULTS["normalise"] == "step"
+    assert switches.parse("normalise=copy") == {"normalise": "copy"}
     assert switches.parse("prefetch=after+report_sync=device") == {
         "prefetch": "after",
         "report_sync": "device",

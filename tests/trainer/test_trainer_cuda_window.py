@@ -138,3 +138,38 @@ def test_slot_batches_through_the_pin_memory_thread_give_the_fresh_loaders_batch
     # The last epoch's three workers' slots are held, no more than their slots of two tensors each.
     held = data.MAPPED_SLOTS.held()
     assert len(held) == 3 and all(n <= data.SLOTS_PER_WORKER * 2 for n in held.values())
+
+
+def test_normalising_on_the_training_stream_gives_the_same_batches_as_on_the_copy_stream() -> None:
+    """``normalise=step``: the copy stream only copies, the training stream normalises when the step takes
+    the batch; every batch is bitwise the one of the default (``normalise=copy``), in order, for each
+    ``input`` kernel, and switching between batches (as an A/B block does) gives the same too."""
+    from trainop_trainer.workloads import ImageToDevice
+
+    images = datasets.SyntheticImages(num_samples=8 * 6, image_size=32, num_classes=10, seed=3)
+    sampler = data.ResumableDistributedSampler(images, num_replicas=1, rank=0, seed=5)
+    loader = data.make_loader(images, sampler, batch_size=8, num_workers=0, pin_memory=True)
+    to_device = ImageToDevice(channels_last=True, dtype=torch.bfloat16)
+
+    def run(settings: list[dict[str, str | int]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Batch k is loaded (one ahead) under ``settings[k]`` (the last for the rest)."""
+        switches.reset()
+        switches.apply(settings[0])
+        out = []
+        for i, (x, y) in enumerate(DeviceBatches(loader, device=CUDA, to_device=to_device)):
+            assert x.is_contiguous(memory_format=torch.channels_last)
+            out.append((x.cpu(), y.cpu()))
+            switches.apply(settings[min(i + 2, len(settings) - 1)])
+        return out
+
+    def same(a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Tensor]) -> bool:
+        return torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+    for mode in switches.INPUT_MODES:
+        on_copy = run([{"input": mode, "normalise": "copy"}])
+        on_step = run([{"input": mode, "normalise": "step"}])
+        assert len(on_step) == len(on_copy) == 6
+        assert all(same(a, b) for a, b in zip(on_step, on_copy, strict=True))
+    reference = run([{}])
+    mixed = run([{"normalise": "step"}, {"normalise": "copy"}, {"normalise": "step"}])
+    assert all(same(a, b) for a, b in zip(mixed, reference, strict=True))

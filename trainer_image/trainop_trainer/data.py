@@ -6,7 +6,8 @@ the indices the uninterrupted run would have seen next. That, plus restored RNG 
 resumed run bitwise equal to an uninterrupted one on deterministic hardware.
 
 ``DeviceBatches`` moves batches to the device. On CUDA it copies batch k+1 on a side stream while batch k
-trains (pinned memory, non-blocking copies), so the copy does not sit on the compute stream.
+trains (pinned memory, non-blocking copies), so the copy does not sit on the compute stream; an image batch's
+normalisation then runs on the training stream when its step starts (``switches`` ``normalise``).
 
 ``SlotBatches`` (switch ``batch_memory=slots``, the default for CUDA loaders with workers): a DataLoader
 worker sends each batch in a new shared-memory segment, which the main process maps, copies into pinned
@@ -213,8 +214,14 @@ class DeviceBatches:
             return
         stream = torch.cuda.Stream(device=self.device)  # type: ignore[no-untyped-call]
         source = iter(self.loader)
+        # A to_device with transfer/finish halves (workloads.ImageToDevice) leaves the finish to the training
+        # stream (switches normalise=step, the default: see switches.py for why); the copy stays on the copy
+        # stream either way.
+        transfer = getattr(self.to_device, "transfer", None)
+        finish = getattr(self.to_device, "finish", None)
 
-        def load(previous: Batch | None) -> Batch | None:
+        def load(previous: Batch | None) -> tuple[Batch, bool] | None:
+            """The next batch on its way to the device, and whether it still needs ``finish``."""
             try:
                 batch = next(source)
             except StopIteration:
@@ -223,21 +230,26 @@ class DeviceBatches:
                 batch = batch.pin_memory()
             mode = switches.prefetch_mode()
             if mode == "repeat" and previous is not None:
-                return previous  # a diagnostic (switches.py): the previous device batch again
+                return previous, False  # a diagnostic (switches.py): the previous device batch again
             if mode == "after":
                 # Not before the training stream's queued work (the previous step, its all-reduce): an
                 # alternative measured slower than the default (switches.py).
                 stream.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(stream):
-                return self.to_device(batch, self.device)
+                if transfer is not None and finish is not None and switches.normalise_on_step():
+                    return transfer(batch, self.device), True
+                return self.to_device(batch, self.device), False
 
         upcoming = load(None)
         while upcoming is not None:
             current_stream = torch.cuda.current_stream(self.device)
             current_stream.wait_stream(stream)
-            ready: Sequence[torch.Tensor] = upcoming
+            ready: Sequence[torch.Tensor] = upcoming[0]
             for tensor in ready:
                 tensor.record_stream(current_stream)
             current = (ready[0], ready[1])
+            if upcoming[1]:
+                assert finish is not None
+                current = finish(current, self.device)
             upcoming = load(current)
             yield current

@@ -20,6 +20,13 @@ on every rank at once:
   slower than ``eager`` in the same processes (2x H200, 2026-11-27, docs/benchmarks-gpu.md). ``repeat`` is a
   diagnostic, not an equal computation: the loader is still read, but the step trains on the previous
   device batch again (no copy, no normalisation), so an A/B block shows what the input path costs the GPU.
+- ``normalise`` (``data.DeviceBatches``, CUDA image batches): where ``input``'s normalisation kernel runs.
+  ``step`` (default): the copy stream does only the batch's host-to-device copy; the kernel runs on the
+  training stream when the step takes the batch, in line with the step's own kernels. ``copy``: on the copy
+  stream right after the copy (the trainer before 2026-11-30). Measured on 2x H200 (round 18,
+  docs/benchmarks-gpu.md): once a process has run the normalisation on the copy stream behind a copy, every
+  later ResNet-50 step takes ~1.4 ms (2.5 %) more GPU time, even steps with no input path at all; a process
+  that never does trains at bare DDP's speed (the trainer 100.3 % of bare DDP, eager, 2 GPUs).
 - ``report_sync`` (``reporting.ReportWindow``, CUDA only): how a report window reads its numbers.
   ``lagged`` (default): nothing waits for the GPU; the window's loss sum is copied to pinned memory behind an
   event and a report gives the previous window's loss and rate (the rate over the device time between the
@@ -84,6 +91,7 @@ from trainop_trainer import config as config_module
 ENV = config_module.SWITCHES_ENV
 INPUT_MODES = ("fused", "lean", "f32")
 PREFETCH_MODES = ("eager", "after", "repeat")
+NORMALISE_MODES = ("step", "copy")
 REPORT_SYNC_MODES = ("lagged", "device")
 BUCKET_VIEW_MODES = ("on", "off")
 DDP_STATS_MODES = ("start", "sampled")
@@ -95,6 +103,7 @@ NICENESS_MODES = ("training", "ray")
 DEFAULTS: dict[str, str | int] = {
     "input": "fused",
     "prefetch": "eager",
+    "normalise": "step",
     "report_sync": "lagged",
     "control_every": 1,
     "bucket_view": "on",
@@ -109,6 +118,7 @@ DEFAULTS: dict[str, str | int] = {
 _CHOICES = {
     "input": INPUT_MODES,
     "prefetch": PREFETCH_MODES,
+    "normalise": NORMALISE_MODES,
     "report_sync": REPORT_SYNC_MODES,
     "bucket_view": BUCKET_VIEW_MODES,
     "ddp_stats": DDP_STATS_MODES,
@@ -168,6 +178,10 @@ def input_mode() -> str:
 
 def prefetch_mode() -> str:
     return str(values["prefetch"])
+
+
+def normalise_on_step() -> bool:
+    return values["normalise"] == "step"
 
 
 def report_sync() -> str:
