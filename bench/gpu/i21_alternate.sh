@@ -18,7 +18,11 @@
 # `launch:SWITCHES` and `launch@VAR=VALUE+...`: the same for the Trainer under torchrun (its processes inherit
 # the variables), e.g. `launch@OMP_NUM_THREADS=1` or `launch:control_every=8`.
 # A `ladder:RUNG+RUNG...` entry runs bench/gpu/ladder.py on GPUS GPUs (compiled unless WORKLOAD is eager): the
-# trainer's parts added to bare DDP one at a time, in one process group, without Ray.
+# trainer's parts added to bare DDP one at a time, in one process group, without Ray; LADDER_STEPS timed steps
+# per rung (default STEPS).
+# AB_VARIANTS (e.g. 'normalise=copy,normalise=step'), AB_STEPS (20), AB_ROUNDS (2): every eager ResNet-50
+# trainer run then runs these switch variants in alternating blocks after its timed steps, in the same
+# processes (bench_hooks' A/B blocks; rank 0 logs each block's ms/step).
 # SPY=1: while each bare, launch or trainer run trains (GPU 0 busy for 3 s, then SPY_DELAY_S more, default 0),
 # every training process's threads are sampled: `top -H` (CPU per thread), its allowed CPUs, and py-spy
 # (carried in .whl/) for SPY_S seconds (default 5), every thread and then only the GIL's holder, non-blocking;
@@ -82,7 +86,7 @@ ladder() {  # NAME RUNGS(+-joined)
   if (( $(left "$BUDGET") < 120 )); then echo "== $name skipped: $(left "$BUDGET") s left"; return 1; fi
   echo "$name start $(date +%FT%T.%3N)" >> "$O/runs.txt"
   (source bench/gpu/env.sh && timeout $(( $(left "$BUDGET") - 5 )) python3 -m torch.distributed.run --standalone --nproc-per-node="$GPUS" \
-    bench/gpu/ladder.py $compile --rungs "$rungs" --warmup 20 --steps "$STEPS") > "$O/$name.txt" 2>&1
+    bench/gpu/ladder.py $compile --rungs "$rungs" --warmup 20 --steps "${LADDER_STEPS:-$STEPS}") > "$O/$name.txt" 2>&1
   echo "$name end $(date +%FT%T.%3N)" >> "$O/runs.txt"
   echo "== $name done at $(( $(date +%s) - t0 )) s:"
   grep '^LADDER ' "$O/$name.txt" | python3 -c "
@@ -114,14 +118,18 @@ one() {  # NAME PHASE [SWITCHES [VAR=VALUE+VAR=VALUE...]]
     envs+=("TRAINOP_TIMELINE_STEPS=20:$STEPS" "TRAINOP_TIMELINE_DIR=$O/$name/timeline")
   fi
   local trace=(--diagnose-gpus 0)
+  [ -n "${AB_VARIANTS:-}" ] && trace=(--diagnose-gpus "$GPUS" --trace-steps 0)
   [ "${TRACE:-0}" = 1 ] && trace=(--diagnose-gpus "$GPUS" --trace-workload "$WORKLOAD" --trace-steps 10)
   env "${envs[@]}" TRAINOP_SWITCHES=$switches OUT=$O/$name DEADLINE_S=$(( $(left "$BUDGET") - 5 )) bash bench/gpu/run_all.sh \
-    --gpus "$GPUS" --workloads "$WORKLOAD" --only "$phase" "${trace[@]}" --recovery-gpus 0 --ab-variants '' \
-    --steps "$STEPS" > "$O/$name.txt" 2>&1
+    --gpus "$GPUS" --workloads "$WORKLOAD" --only "$phase" "${trace[@]}" --recovery-gpus 0 --ab-variants "${AB_VARIANTS:-}" \
+    --ab-steps "${AB_STEPS:-20}" --ab-rounds "${AB_ROUNDS:-2}" --steps "$STEPS" > "$O/$name.txt" 2>&1
   echo "$name end $(date +%FT%T.%3N)" >> "$O/runs.txt"
   [ -n "$spier" ] && kill "$spier" 2>/dev/null
   echo "== $name ($switches${4:+; $4}) done at $(( $(date +%s) - t0 )) s: $(grep -E '^RESULT ' "$O/$name.txt" \
     | grep -oE '"impl": "[a-z]+"|"samples_per_second": [0-9.]+|"window_rates": \[[^]]*\]' | paste -sd' ')"
+  grep -h '"variant"' "$O/$name/results.jsonl" 2>/dev/null \
+    | grep -oE '"variant": "[^"]*"|"from_step": [0-9]+|"ms_per_step": [0-9.]+' | paste -d' ' - - - | sed 's/^/   ab /'
+  return 0
 }
 n=0
 for run in ${RUNS:-bare trainer bare trainer bare trainer}; do

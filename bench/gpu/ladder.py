@@ -23,11 +23,22 @@ Variants that are not cumulative: ``loader-fresh`` (``loader`` with ``switches``
 new shared-memory segment per batch, the DataLoader's own way), ``input-lean`` (``input`` with
 ``switches`` ``input=lean``, the two-kernel normalisation that was the default before the one-kernel
 ``fused``), ``report-f32`` (``report`` with ``switches`` ``input=f32``, the image path before issue #21),
-``report-ctl8`` (``control_every=8``), ``loader-w2`` and ``loader-w8`` (``loader`` with 2 or 8 workers). A
+``report-ctl8`` (``control_every=8``), ``loader-w2`` and ``loader-w8`` (``loader`` with 2 or 8 workers),
+``input-copy`` and ``loader-copy`` (``input`` and ``loader`` with ``switches`` ``normalise=copy``: the
+normalisation on the copy stream behind the copy, the trainer before 2026-11-30; the default ``step`` runs it
+on the training stream). Two diagnostic rungs split ``input``
+in its halves, each on the copy stream beside the step, while the step trains on ``ddp``'s device batches:
+``input-h2d`` (the uint8 batch's copy from pinned memory alone) and ``input-norm`` (the normalisation
+kernel alone, of a uint8 batch already on the device). Two more train on ``ddp``'s device batches and only
+set something up first: ``ddp-pinned`` pins a ring of uint8 batches in host memory (never copied),
+``ddp-stream`` runs one small kernel on a second stream before the first step. A
 rung may be named twice (``loader,loader-w8,loader``: an order effect shows as two ``loader`` lines). The
 NCCL variables are the trainer's (``distributed.apply_network``, profile ``auto``), the process group is
 set up as the trainer's launcher does it (``distributed.from_torchrun_env``): ``bare`` here against
-``bare_ddp.py`` in the same call shows what those two change. Rank 0 prints one ``LADDER {json}`` line per
+``bare_ddp.py`` in the same call shows what those two change. ``--probe-first MB`` runs the trainer's start-up
+all-reduce probe (``distributed.probe_allreduce``) before the first rung, as the trainer does before it builds
+its model; ``--gc`` collects Python's garbage (an earlier rung's model in a cycle) before every rung.
+Rank 0 prints one ``LADDER {json}`` line per
 rung (ms per step, samples/s, the difference to the rung before, and every rank's host timing: its wait in
 ``next()`` for each batch and its lead over the GPU at each step's start, as quantiles in ms). Throughput:
 ``--steps`` steps between two device synchronisations after ``--warmup`` steps. ``--cpu --tiny`` runs the
@@ -40,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import time
@@ -59,7 +71,13 @@ RUNGS = (
     "ddp",
     "input",
     "input-lean",
+    "input-copy",
+    "input-h2d",
+    "input-norm",
+    "ddp-pinned",
+    "ddp-stream",
     "loader",
+    "loader-copy",
     "loader-fresh",
     "loader-w2",
     "loader-w8",
@@ -73,7 +91,13 @@ FEATURES = {
     "ddp": {"ddp"},
     "input": {"ddp", "input"},
     "input-lean": {"ddp", "input"},
+    "input-copy": {"ddp", "input"},
+    "input-h2d": {"ddp", "h2d"},
+    "input-norm": {"ddp", "norm"},
+    "ddp-pinned": {"ddp", "pinned"},
+    "ddp-stream": {"ddp", "stream"},
     "loader": {"ddp", "loader"},
+    "loader-copy": {"ddp", "loader"},
     "loader-fresh": {"ddp", "loader"},
     "loader-w2": {"ddp", "loader"},
     "loader-w8": {"ddp", "loader"},
@@ -84,6 +108,8 @@ FEATURES = {
 }
 SWITCHES: dict[str, dict[str, str | int]] = {
     "input-lean": {"input": "lean"},
+    "input-copy": {"normalise": "copy"},
+    "loader-copy": {"normalise": "copy"},
     "loader-fresh": {"batch_memory": "fresh"},
     "report-f32": {"input": "f32"},
     "report-ctl8": {"control_every": 8},
@@ -93,6 +119,12 @@ PARENT = {
     "ddp": "bare",
     "input": "ddp",
     "input-lean": "input",
+    "input-copy": "input",
+    "input-h2d": "ddp",
+    "input-norm": "ddp",
+    "ddp-pinned": "ddp",
+    "ddp-stream": "ddp",
+    "loader-copy": "loader",
     "loader": "ddp",
     "loader-fresh": "loader",
     "loader-w2": "loader",
@@ -120,6 +152,26 @@ def batches_on_device(device: torch.device) -> Iterator[tuple[torch.Tensor, torc
     while True:
         yield pair[i % 2]
         i += 1
+
+
+def beside_the_step(
+    device: torch.device, to_device: workloads.ImageToDevice, half: str
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """``batches_on_device``, and with each batch one half of the input path on a copy stream, its result
+    unused: ``h2d`` the copy of a pinned uint8 batch, ``norm`` the normalisation of a uint8 batch on the
+    device (the diagnostic rungs ``input-h2d`` and ``input-norm``)."""
+    stream = torch.cuda.Stream(device=device)  # type: ignore[no-untyped-call]
+    host = torch.randint(0, 256, (BATCH, 3, IMAGE, IMAGE), dtype=torch.uint8).pin_memory()
+    labels = torch.randint(0, 1000, (BATCH,)).pin_memory()
+    on_device = to_device.transfer((host, labels), device)
+    torch.cuda.synchronize(device)
+    for batch in batches_on_device(device):
+        with torch.cuda.stream(stream):
+            if half == "h2d":
+                to_device.transfer((host, labels), device)
+            else:
+                to_device.finish(on_device, device)
+        yield batch
 
 
 def _quantiles(values: list[float]) -> dict[str, float]:
@@ -167,6 +219,7 @@ def run_rung(
     total = warmup + steps
     to_device = workloads.ImageToDevice(channels_last=True, dtype=torch.bfloat16)
     loader: Any = None
+    held: list[torch.Tensor] = []  # ddp-pinned's ring, kept for the rung
     source: Iterator[tuple[torch.Tensor, torch.Tensor]]
     if "loader" in features:
         dataset = datasets.SyntheticImages(
@@ -195,6 +248,17 @@ def run_rung(
             ring = [(x.pin_memory(), y.pin_memory()) for x, y in ring]
         cpu_batches: Any = [ring[i % len(ring)] for i in range(total + 2)]
         source = iter(data.DeviceBatches(cpu_batches, device=device, to_device=to_device))
+    elif "pinned" in features and cuda:
+        held = [torch.empty(BATCH, 3, IMAGE, IMAGE, dtype=torch.uint8).pin_memory() for _ in range(4)]
+        source = batches_on_device(device)
+    elif "stream" in features and cuda:
+        side = torch.cuda.Stream(device=device)  # type: ignore[no-untyped-call]
+        with torch.cuda.stream(side):
+            torch.ones(1024, device=device).add_(1)
+        torch.cuda.synchronize(device)
+        source = batches_on_device(device)
+    elif features & {"h2d", "norm"} and cuda:
+        source = beside_the_step(device, to_device, "h2d" if "h2d" in features else "norm")
     else:
         source = batches_on_device(device)
     control = distributed.ControlChannel(ctx) if "control" in features else None
@@ -253,7 +317,7 @@ def run_rung(
     describe = switches.describe()
     if control is not None:
         control.drain()
-    del source, loader
+    del source, loader, held
     switches.reset()
     return {
         "rung": name,
@@ -275,6 +339,14 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=15)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--cpu", action="store_true", help="gloo on the CPU (a test of this script)")
+    parser.add_argument(
+        "--probe-first",
+        type=int,
+        default=0,
+        metavar="MB",
+        help="before the first rung, the trainer's start-up all-reduce probe of MB MiB (0: none)",
+    )
+    parser.add_argument("--gc", action="store_true", help="a full garbage collection before every rung")
     parser.add_argument("--tiny", action="store_true", help="batch 4 of 32 px images, no loader workers")
     parser.add_argument("--compile", action="store_true", help="torch.compile of the DDP module, every rung")
     parser.add_argument("--out", default=None, help="append each rung's line to this results.jsonl")
@@ -290,7 +362,13 @@ def main() -> int:
     distributed.apply_network(trainingjob.Network(profile="auto"), multi_node=False)
     ctx = distributed.from_torchrun_env(use_gpu=use_gpu)
     done: dict[str, float] = {}
+    if args.probe_first:
+        probe = distributed.probe_allreduce(ctx, megabytes=args.probe_first)
+        if ctx.rank == 0:
+            print(f"probe of {args.probe_first} MiB: {probe.bus_bandwidth_gb_per_second} GB/s", flush=True)
     for name in rungs:
+        if args.gc:
+            gc.collect()
         result = run_rung(name, ctx=ctx, warmup=args.warmup, steps=args.steps, compile_=args.compile)
         result["impl"] = "ladder"
         result["gpu"] = torch.cuda.get_device_name(ctx.device) if use_gpu else "cpu"
