@@ -321,19 +321,21 @@ async def test_a_job_recreated_after_its_namesakes_claim_went_says_its_claim_is_
     assert named == [[owner_uid]]  # when that status was written, the new claim was there, the new job's
 
 
+def claims_over_quota(request: Request) -> kube.ApiError | None:
+    """A ResourceQuota's answer to every claim the operator creates."""
+    if request.verb == "create" and request.kind == "PersistentVolumeClaim":
+        return kube.ApiError(
+            403, "Forbidden", 'persistentvolumeclaims "mlp-ckpt" is forbidden: exceeded quota'
+        )
+    return None
+
+
 async def test_a_refused_claim_is_never_called_pending_and_its_rayjob_never_named(
     fake: FakeKube, operator: Operator
 ) -> None:
     new_job(fake)
 
-    def quota(request: Request) -> kube.ApiError | None:
-        if request.verb == "create" and request.kind == "PersistentVolumeClaim":
-            return kube.ApiError(
-                403, "Forbidden", 'persistentvolumeclaims "mlp-ckpt" is forbidden: exceeded quota'
-            )
-        return None
-
-    fake.fail_on = quota
+    fake.fail_on = claims_over_quota
     for _ in range(2):
         with pytest.raises(kube.ApiError, match="exceeded quota"):
             await operator.reconcile()
@@ -435,14 +437,7 @@ async def test_a_claim_created_after_a_refusal_asks_for_another_look_so_the_stat
     QuotaExceeded for good while the claim and the RayJob existed."""
     new_job(fake)
 
-    def quota(request: Request) -> kube.ApiError | None:
-        if request.verb == "create" and request.kind == "PersistentVolumeClaim":
-            return kube.ApiError(
-                403, "Forbidden", 'persistentvolumeclaims "mlp-ckpt" is forbidden: exceeded quota'
-            )
-        return None
-
-    fake.fail_on = quota
+    fake.fail_on = claims_over_quota
     for _ in range(2):  # refused (retried with backoff by the engine); the second one records it on status
         with pytest.raises(kube.ApiError, match="exceeded quota"):
             await operator.reconcile()
