@@ -140,15 +140,15 @@ class ImageToDevice:
         """The copy alone: the uint8 batch and its labels on ``device`` (``data.DeviceBatches`` runs it on
         its copy stream and, with ``switches`` ``normalise=step``, ``finish`` on the training stream)."""
         images, targets = batch
-        if device not in self._stats:
-            mean = torch.tensor(_IMAGENET_MEAN, device=device).view(1, 3, 1, 1)
-            std = torch.tensor(_IMAGENET_STD, device=device).view(1, 3, 1, 1)
-            self._stats[device] = (mean, std, *fused_stats(device))
         return images.to(device, non_blocking=True), targets.to(device, non_blocking=True)
 
     def finish(self, batch: Batch, device: torch.device) -> Batch:
         """The normalisation of a batch ``transfer`` put on ``device``."""
         x, labels = batch
+        if device not in self._stats:
+            mean = torch.tensor(_IMAGENET_MEAN, device=device).view(1, 3, 1, 1)
+            std = torch.tensor(_IMAGENET_STD, device=device).view(1, 3, 1, 1)
+            self._stats[device] = (mean, std, *fused_stats(device))
         mean, std, scale, bias = self._stats[device]
         mode = switches.input_mode()
         if mode == "f32":
