@@ -138,3 +138,44 @@ def test_fsdp_with_bf16_compile_and_activation_checkpointing_trains_and_resumes(
     assert [e["step"] for e in trainer_support.events(config) if e["event"] == "resume"] == [4]
     assert trainer_support.checkpoint_steps(config)[-1] == 6
     assert float(trainer_support.status(config)["progress"]["loss"]) > 0
+
+
+def test_compile_wrapper_picks_inductors_cpp_or_python_wrapper_and_unset_leaves_inductors_own(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``compileWrapper`` sets Inductor's wrapper for the graphs the worker compiles: ``cpp`` its C++ wrapper,
+    ``python`` its Python one even where Inductor was set to C++ (an image's TORCHINDUCTOR_CPP_WRAPPER=1),
+    unset leaves Inductor's own setting. What the setting then generates is checked on a real compile on
+    the CPU (Inductor's C++ backend, gcc; a fresh compile cache, so that each graph is generated): C++
+    wrappers (``inductor_entry_impl``) for the forward and backward graphs, or Python ones (``def call(``)."""
+    import torch._inductor.config as inductor_config
+    from torch._inductor.utils import run_and_get_code
+
+    monkeypatch.setattr(inductor_config, "cpp_wrapper", inductor_config.cpp_wrapper)  # restored afterwards
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    config = trainer_support.mlp_config(tmp_path, "wrapper", workers=1)
+    settings, generated = {}, {}
+    with trainer_support.world_of_one() as ctx:
+        for wrapper, before in (("cpp", False), ("python", True), (None, True), (None, False)):
+            inductor_config.cpp_wrapper = before
+            fields = {"compile": True} | ({"compileWrapper": wrapper} if wrapper else {})
+            spec = trainer_support.with_spec(config, **fields).spec
+            parallelize.apply(torch.nn.Linear(4, 2), blocks=(), spec=spec, ctx=ctx)
+            settings[(wrapper, before)] = inductor_config.cpp_wrapper
+            if wrapper is None:
+                continue
+            torch._dynamo.reset()
+            mlp = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+            _, codes = run_and_get_code(_one_step, torch.compile(mlp))
+            generated[wrapper] = [("inductor_entry_impl" in code, "def call(" in code) for code in codes]
+    assert settings == {
+        ("cpp", False): True,
+        ("python", True): False,
+        (None, True): True,
+        (None, False): False,
+    }
+    assert generated == {"cpp": [(True, False)] * 2, "python": [(False, True)] * 2}
+
+
+def _one_step(model: Any) -> None:
+    model(torch.randn(3, 4)).sum().backward()

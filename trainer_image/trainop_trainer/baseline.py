@@ -22,7 +22,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from trainop.api import trainer_config, trainingjob
-from trainop_trainer import data, distributed, trainer, workloads
+from trainop_trainer import data, distributed, parallelize, trainer, workloads
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     ddp = DistributedDataParallel(
         model, device_ids=[ctx.device.index] if use_gpu else None, gradient_as_bucket_view=True
     )
+    if spec.compile and spec.compile_wrapper is not None:
+        parallelize.use_compile_wrapper(spec.compile_wrapper)
     train_model: Any = torch.compile(ddp) if spec.compile else ddp
     optimizer = trainer.build_optimizer(model, hp, ctx.device)
     sampler = data.ResumableDistributedSampler(

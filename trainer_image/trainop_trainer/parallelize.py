@@ -7,7 +7,8 @@ identical on every rank) and the names of its repeated blocks (transformer layer
 1. move to the device (channels_last for CNNs);
 2. activation checkpointing (``activationCheckpointing.mode: blocks``): every ``every``-th block is wrapped
    in ``checkpoint_wrapper`` (non-reentrant), so its activations are recomputed in the backward pass;
-   parameter names do not change (the state-dict helpers strip the wrapper);
+   parameter names do not change (the state-dict helpers strip the wrapper); with ``compile``,
+   ``compileWrapper`` picks Inductor's kernel-launching wrapper (``use_compile_wrapper``);
 3. ``strategy``:
 
    - ``ddp``: ``DistributedDataParallel`` (gradients bucketed and all-reduced during the backward pass),
@@ -119,6 +120,18 @@ def apply_activation_checkpointing(model: nn.Module, blocks: Sequence[str], *, e
     return wrapped
 
 
+def use_compile_wrapper(wrapper: trainingjob.CompileWrapper) -> None:
+    """``spec.compileWrapper``: Inductor's C++ wrapper (``cpp``) or its Python one, for every graph this
+    process compiles from now on. The C++ wrapper launches a graph's kernels from compiled C++, which takes
+    the host less time per step: compiled ResNet-50 at ~40 ms a step is close to host-bound, and with it
+    both the trainer and bare DDP ran steadier and faster (docs/benchmarks-gpu.md, rounds 14-19); its first
+    compilation takes minutes longer (the wrapper's C++ is compiled too)."""
+    import torch._inductor.config as inductor_config
+
+    inductor_config.cpp_wrapper = wrapper == trainingjob.CompileWrapper.CPP
+    log.info("torch.compile with Inductor's %s wrapper (compileWrapper)", wrapper.value)
+
+
 def _mesh(ctx: distributed.WorkerContext, strategy: trainingjob.ParallelismStrategy) -> Any:
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -158,6 +171,8 @@ def apply(
             )
         wrapped = apply_activation_checkpointing(model, blocks, every=ac.every)
         log.info("activation checkpointing on %d of %d blocks", len(wrapped), len(blocks))
+    if spec.compile and spec.compile_wrapper is not None:
+        use_compile_wrapper(spec.compile_wrapper)
 
     if strategy == trainingjob.ParallelismStrategy.DDP:
         ddp_kwargs: dict[str, Any] = {"gradient_as_bucket_view": switches.bucket_view()}

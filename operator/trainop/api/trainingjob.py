@@ -85,6 +85,11 @@ class Precision(enum.StrEnum):
     FP32 = "fp32"
 
 
+class CompileWrapper(enum.StrEnum):
+    PYTHON = "python"  # Inductor's default: each compiled graph launches its kernels from generated Python
+    CPP = "cpp"  # Inductor's C++ wrapper (torch._inductor.config.cpp_wrapper): launches from compiled C++
+
+
 class OptimizerName(enum.StrEnum):
     SGD = "sgd"
     ADAMW = "adamw"
@@ -951,6 +956,11 @@ def _spec_rules() -> list[cel.Rule]:
         ),
         cel.rule("self.precision != 'fp16' || self.workers.gpusPerWorker >= 1", FP16_NEEDS_GPUS),
         cel.rule(
+            "!has(self.compileWrapper) || (has(self.compile) && self.compile)",
+            COMPILE_WRAPPER_NEEDS_COMPILE.format(wrapper="python/cpp"),
+            cel.format(COMPILE_WRAPPER_NEEDS_COMPILE.replace("{wrapper}", "%s"), "self.compileWrapper"),
+        ),
+        cel.rule(
             "self.parallelism.strategy == 'ddp' || self.precision != 'fp16'",
             FP16_NEEDS_DDP.format(strategy="fsdp/hsdp"),
             cel.format(FP16_NEEDS_DDP.replace("{strategy}", "%s"), "self.parallelism.strategy"),
@@ -993,6 +1003,9 @@ RAY_TRAIN_EVALUATES_ITSELF = (
     "a workload.rayTrain function evaluates and keeps checkpoints itself (ray.train.report and Ray Train's "
     "checkpoints): remove spec.evaluation and checkpoint.keepBest"
 )
+COMPILE_WRAPPER_NEEDS_COMPILE = (
+    "compileWrapper {wrapper} applies only to a compiled model: set compile: true, or remove compileWrapper"
+)
 FP16_NEEDS_GPUS = "precision fp16 needs GPUs: set workers.gpusPerWorker >= 1 or use bf16/fp32"
 FP16_NEEDS_DDP = (
     "precision fp16 is not supported with parallelism.strategy {strategy} (its loss scaling is per rank, "
@@ -1032,6 +1045,13 @@ class TrainingJobSpec(base.ApiModel):
         default=False,
         description="Compile the model with torch.compile: faster steps on GPUs for a compilation of a "
         "minute or more at every start and restart. Default false.",
+    )
+    compile_wrapper: CompileWrapper | None = pydantic.Field(
+        default=None,
+        description="How the compiled graphs launch their kernels (with compile: true): python (Inductor's "
+        "default) or cpp (Inductor's C++ wrapper: less host time per step, for models whose step the host's "
+        "kernel launches limit, such as compiled ResNet-50; its first compilation takes minutes longer). "
+        "Unset: Inductor's own setting (python, or the image's TORCHINDUCTOR_CPP_WRAPPER).",
     )
     parallelism: Parallelism = pydantic.Field(default_factory=Parallelism)
     """How the model is spread over the GPUs: ddp (a whole copy per GPU, the default), fsdp (parameters,
@@ -1079,6 +1099,12 @@ class TrainingJobSpec(base.ApiModel):
     def _precision_fits_device(self) -> TrainingJobSpec:
         if self.workers.gpus_per_worker == 0 and self.precision == Precision.FP16:
             raise ValueError(FP16_NEEDS_GPUS)
+        return self
+
+    @pydantic.model_validator(mode="after")
+    def _compile_wrapper_needs_compile(self) -> TrainingJobSpec:
+        if self.compile_wrapper is not None and not self.compile:
+            raise ValueError(COMPILE_WRAPPER_NEEDS_COMPILE.format(wrapper=self.compile_wrapper.value))
         return self
 
     @pydantic.model_validator(mode="after")
