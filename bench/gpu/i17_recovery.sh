@@ -35,14 +35,7 @@ one() {  # NAME GPUS ENV...
 # `spares2`/`spares4`: warm spare workers (restart_policy.WarmSpares, as on a TrainingJob's pods with room),
 # started 5 s after each group instead of 20 (the kill comes ~14 s after the group starts).
 # CUDA_TESTS=1 first runs tests/trainer/test_trainer_cuda_window.py (pytest.txt).
-if [ "${CUDA_TESTS:-0}" = 1 ]; then
-  (
-    if [ -d .whl ]; then source bench/gpu/install_wheels.sh; fi
-    export PYTHONPATH=$PWD/operator:$PWD/trainer_image${PYTHONPATH:+:$PYTHONPATH}
-    timeout 120 python3 -m pytest -o addopts= --noconftest -p no:cacheprovider -q tests/trainer/test_trainer_cuda_window.py
-  ) > "$O/pytest.txt" 2>&1
-  echo "== cuda tests done at $(( $(date +%s) - t0 )) s"; tail -5 "$O/pytest.txt"
-fi
+if [ "${CUDA_TESTS:-0}" = 1 ]; then cuda_tests; fi
 SPARES=(TRAINOP_WARM_SPARES=1 TRAINOP_SPARE_DELAY_S=5)
 for run in ${RUNS:-policy2 policy4 graceful2 driver2 pgshut2}; do
   case $run in

@@ -28,6 +28,9 @@
 # (carried in .whl/) for SPY_S seconds (default 5), every thread and then only the GIL's holder, non-blocking;
 # into the run's directory.
 # GPUS=2 on a 2-GPU machine; WORKLOAD=resnet50 for the eager pair; BUDGET_S (default 540).
+# CUDA_TESTS=1: first tests/trainer/test_trainer_cuda_window.py on this machine's GPUs (call_start.sh's
+# cuda_tests; pytest.txt). A second run of this script in one call needs its own OUT=$OUT/NAME: each ends by
+# packing its runs into $O/runs.tar.gz.
 # TIMELINE=1: every launch and trainer run writes the Trainer's step timeline of its timed steps on every rank
 # (TRAINOP_TIMELINE_STEPS=20:STEPS into the run's timeline/ directory: per step the host's time and its parts,
 # garbage collection, the training thread's CPU time and context switches, the device's time and the host's
@@ -52,6 +55,7 @@ trap 'kill $SAMPLER 2>/dev/null' EXIT
 nvidia-smi -q -d CLOCK,POWER,PERFORMANCE > "$O/nvidia-smi-q.txt" 2>&1
 if [ -d .whl ] && [ ! -d /tmp/site ]; then source bench/gpu/install_wheels.sh || exit 1; fi
 export PATH=/tmp/site/bin:$PATH PYTHONPATH=/tmp/site:$PWD/operator:$PWD/trainer_image${PYTHONPATH:+:$PYTHONPATH}
+if [ "${CUDA_TESTS:-0}" = 1 ]; then cuda_tests; fi  # before the runs: a failure shows even if a run overruns
 spy() {  # DIR PATTERN: sample the threads of the processes matching PATTERN once GPU 0 has been busy 3 s
   local dir=$1 pattern=$2 busy=0 tries=0
   mkdir -p "$dir"

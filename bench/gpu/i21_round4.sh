@@ -10,12 +10,7 @@
 #    that the copy stream's normalisation does not delay an all-reduce), same A/B;
 # 5. `omp/`: the trainer on 2 GPUs with OMP_NUM_THREADS=1 (bare DDP's value; Ray gives 4), if time is left.
 source "$(dirname "$0")/call_start.sh"
-(
-  if [ -d .whl ]; then source bench/gpu/install_wheels.sh; fi
-  export PYTHONPATH=$PWD/operator:$PWD/trainer_image${PYTHONPATH:+:$PYTHONPATH}
-  timeout 120 python3 -m pytest -o addopts= --noconftest -p no:cacheprovider -q tests/trainer/test_trainer_cuda_window.py
-) > "$O/pytest.txt" 2>&1
-echo "== cuda tests done at $(( $(date +%s) - t0 )) s"; tail -5 "$O/pytest.txt"
+cuda_tests
 AB="default,prefetch=repeat,control_every=16"
 OUT=$O/main DEADLINE_S=$(( $(left 560) - 290 )) bash bench/gpu/run_all.sh --gpus 1,2 --workloads resnet50 \
   --only bare2,ray2-resnet50,bare1,ray1-resnet50 --diagnose-gpus 2 --trace-steps 0 --recovery-gpus 0 \
