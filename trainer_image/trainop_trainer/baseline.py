@@ -50,8 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     ddp = DistributedDataParallel(
         model, device_ids=[ctx.device.index] if use_gpu else None, gradient_as_bucket_view=True
     )
-    if spec.compile and spec.compile_wrapper is not None:
-        parallelize.use_compile_wrapper(spec.compile_wrapper)
+    parallelize.use_compile_wrapper(spec)
     train_model: Any = torch.compile(ddp) if spec.compile else ddp
     optimizer = trainer.build_optimizer(model, hp, ctx.device)
     sampler = data.ResumableDistributedSampler(

@@ -120,12 +120,16 @@ def apply_activation_checkpointing(model: nn.Module, blocks: Sequence[str], *, e
     return wrapped
 
 
-def use_compile_wrapper(wrapper: trainingjob.CompileWrapper) -> None:
-    """``spec.compileWrapper``: Inductor's C++ wrapper (``cpp``) or its Python one, for every graph this
-    process compiles from now on. The C++ wrapper launches a graph's kernels from compiled C++, which takes
-    the host less time per step: compiled ResNet-50 at ~40 ms a step is close to host-bound, and with it
-    both the trainer and bare DDP ran steadier and faster (docs/benchmarks-gpu.md, rounds 14-19); its first
-    compilation takes minutes longer (the wrapper's C++ is compiled too)."""
+def use_compile_wrapper(spec: trainingjob.TrainingJobSpec) -> None:
+    """``spec.compileWrapper`` (with ``compile``): Inductor's C++ wrapper (``cpp``) or its Python one, for
+    every graph this process compiles from now on; unset, Inductor's own setting stays. The C++ wrapper
+    launches a graph's kernels from compiled C++, which takes the host less time per step: compiled
+    ResNet-50 at ~40 ms a step is close to host-bound, and with it both the trainer and bare DDP ran steadier
+    and faster (docs/benchmarks-gpu.md, rounds 14-19); its first compilation takes minutes longer (the
+    wrapper's C++ is compiled too)."""
+    wrapper = spec.compile_wrapper
+    if not spec.compile or wrapper is None:
+        return
     import torch._inductor.config as inductor_config
 
     inductor_config.cpp_wrapper = wrapper == trainingjob.CompileWrapper.CPP
@@ -171,8 +175,7 @@ def apply(
             )
         wrapped = apply_activation_checkpointing(model, blocks, every=ac.every)
         log.info("activation checkpointing on %d of %d blocks", len(wrapped), len(blocks))
-    if spec.compile and spec.compile_wrapper is not None:
-        use_compile_wrapper(spec.compile_wrapper)
+    use_compile_wrapper(spec)
 
     if strategy == trainingjob.ParallelismStrategy.DDP:
         ddp_kwargs: dict[str, Any] = {"gradient_as_bucket_view": switches.bucket_view()}
