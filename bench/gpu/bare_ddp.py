@@ -25,6 +25,9 @@ do, and ``step_device_ms`` the device's time for each timed step, so that a dip 
 ``BARE_DDP_STATS=start`` (issue #21): DDP times only its first 10 iterations for its runtime statistics, as
 the trainer's DDP does (switch ``ddp_stats``); by default DDP's own sampling, which also times every 100th
 and waits for the device in the forward after it.
+``BARE_DDP_BUCKET_VIEW=1``: DDP's ``gradient_as_bucket_view`` (the gradients are views into the all-reduce
+buckets, no copy into them after the backward), as the trainer's DDP has by default (switch ``bucket_view``);
+by default PyTorch's ``False``. With both variables bare DDP has the trainer's DDP settings.
 
 ``--no-compile`` runs ``-compile`` workloads eagerly under their own names (the suite's CPU smoke test).
 NVLink multicast stays off (``NCCL_NVLS_ENABLE=0`` and its PyTorch/NVSHMEM counterparts are set here too).
@@ -185,7 +188,11 @@ def run_one(
     next_batch = loader_batches(device) if from_loader else (lambda i: batches[i % len(batches)])
     use_ddp = not (no_ddp_at_1 and world_size == 1)
     wrapped: nn.Module = (
-        DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        DistributedDataParallel(
+            model,
+            device_ids=[device.index] if device.type == "cuda" else None,
+            gradient_as_bucket_view=os.environ.get("BARE_DDP_BUCKET_VIEW", "0") == "1",
+        )
         if use_ddp
         else model
     )
