@@ -5,9 +5,10 @@
 
 Per workload, one after the other in the same processes: the model (torchvision ResNet-50, or the trainer's
 own ``GPT`` class from ``trainop_trainer.workloads.models`` so the model is identical), synthetic data already
-on the GPU (two batches, alternated), bf16 autocast, channels_last for the CNN, DDP with PyTorch's defaults,
-``torch.compile`` of the DDP module for ``-compile`` workloads, SGD (momentum 0.9, fused) or AdamW (fused),
-``zero_grad(set_to_none=True)``. No data loader, no metrics, no checkpoints, no LR schedule.
+on the GPU (ResNet-50: two batches, alternated; GPT: a distinct batch of uniformly random tokens every step,
+each rank its own, see ``BARE_GPT_TOKENS``), bf16 autocast, channels_last for the CNN, DDP with PyTorch's
+defaults, ``torch.compile`` of the DDP module for ``-compile`` workloads, SGD (momentum 0.9, fused) or AdamW
+(fused), ``zero_grad(set_to_none=True)``. No data loader, no metrics, no checkpoints, no LR schedule.
 
 Throughput is ``steps`` steps timed between two device synchronisations after ``warmup`` steps (which
 absorb compilation). Peak memory is ``torch.cuda.max_memory_allocated`` over the workload. Rank 0 prints
@@ -25,6 +26,11 @@ do, and ``step_device_ms`` the device's time for each timed step, so that a dip 
 ``BARE_DDP_STATS=start`` (issue #21): DDP times only its first 10 iterations for its runtime statistics, as
 the trainer's DDP does (switch ``ddp_stats``); by default DDP's own sampling, which also times every 100th
 and waits for the device in the forward after it.
+``BARE_GPT_TOKENS`` (issue #21, 2026-11-30): ``stream`` (default) gives GPT a new batch every step (up to
+1,024 distinct batches, made before the timed steps), as the trainer's synthetic token stream does, so the
+loss stays at ln(vocabulary) ~ 10.8; ``repeat``: the two batches alternated, as before that date, which
+GPT-small memorises (loss 2.6 after 320 steps) while its throughput falls ~2 % over a run (round 20 in
+docs/benchmarks-gpu.md: under the power cap its matrix kernels, not its memory-bound ones, slow down).
 ``BARE_DDP_BUCKET_VIEW=1``: DDP's ``gradient_as_bucket_view`` (the gradients are views into the all-reduce
 buckets, no copy into them after the backward), as the trainer's DDP has by default (switch ``bucket_view``);
 by default PyTorch's ``False``. With both variables bare DDP has the trainer's DDP settings.
@@ -66,6 +72,7 @@ IMAGE_SIZE = 224
 GPT_BATCH = 16
 GPT_SEQUENCE = 1024
 GPT_SIZE = "gpt-small"
+GPT_STREAM_BATCHES = 1024  # at most this many distinct GPT batches on the device (~270 MB), then they repeat
 
 
 def make_tiny() -> None:
@@ -75,8 +82,10 @@ def make_tiny() -> None:
 
 
 def build(
-    name: str, device: torch.device
+    name: str, device: torch.device, *, gpt_batches: int = 2, rank: int = 0
 ) -> tuple[nn.Module, list[tuple[torch.Tensor, torch.Tensor]], Any, Any]:
+    """The model, its batches (already on the device), loss and optimizer factory. ``gpt_batches``: how many
+    distinct GPT batches (``rank`` seeds them, so that each rank has its own)."""
     torch.manual_seed(0)
     if name.startswith("resnet50"):
         import torchvision
@@ -104,9 +113,11 @@ def build(
 
     gpt = models.gpt(GPT_SIZE, block_size=GPT_SEQUENCE, config={}).to(device)
     vocab = gpt.config.vocab_size
+    generator = torch.Generator(device=device)
+    generator.manual_seed(1 + rank)
     batches = []
-    for _ in range(2):
-        window = torch.randint(0, vocab, (GPT_BATCH, GPT_SEQUENCE + 1), device=device)
+    for _ in range(gpt_batches):
+        window = torch.randint(0, vocab, (GPT_BATCH, GPT_SEQUENCE + 1), device=device, generator=generator)
         batches.append((window[:, :-1].contiguous(), window[:, 1:].contiguous()))
 
     def lm_loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -183,7 +194,12 @@ def run_one(
     trace_dir: pathlib.Path | None = None,
     data: str = "device",
 ) -> dict[str, Any]:
-    model, batches, loss_fn, make_optimizer = build(name, device)
+    tokens = os.environ.get("BARE_GPT_TOKENS", "stream")
+    if tokens not in ("stream", "repeat"):
+        raise SystemExit(f"bare_ddp: BARE_GPT_TOKENS={tokens!r}: use stream or repeat")
+    gpt_batches = min(warmup + steps, GPT_STREAM_BATCHES) if tokens == "stream" else 2
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    model, batches, loss_fn, make_optimizer = build(name, device, gpt_batches=gpt_batches, rank=rank)
     from_loader = data == "loader" and name.startswith("resnet50")
     next_batch = loader_batches(device) if from_loader else (lambda i: batches[i % len(batches)])
     use_ddp = not (no_ddp_at_1 and world_size == 1)
@@ -270,6 +286,7 @@ def run_one(
         "samples_per_second": samples_per_second,
         "first_step_s": first_step_s,
         "ddp_stats": ddp_stats if use_ddp else None,
+        "gpt_tokens": tokens if name.startswith("gpt") else None,
         "loss": float(loss.item()),
         "peak_allocated_gib": (torch.cuda.max_memory_allocated(device) / 2**30) if cuda else None,
     }

@@ -30,7 +30,7 @@
 # GPUS=2 on a 2-GPU machine; WORKLOAD=resnet50 for the eager pair; BUDGET_S (default 540).
 # CUDA_TESTS=1: first tests/trainer/test_trainer_cuda_window.py on this machine's GPUs (call_start.sh's
 # cuda_tests; pytest.txt). A second run of this script in one call needs its own OUT=$OUT/NAME: each ends by
-# packing its runs into $O/runs.tar.gz.
+# packing everything it wrote into one file, $O/runs.tar.gz (a device call brings back at most 8 files).
 # TIMELINE=1: every launch and trainer run writes the Trainer's step timeline of its timed steps on every rank
 # (TRAINOP_TIMELINE_STEPS=20:STEPS into the run's timeline/ directory: per step the host's time and its parts,
 # garbage collection, the training thread's CPU time and context switches, the device's time and the host's
@@ -154,7 +154,7 @@ done
 kill $SAMPLER 2>/dev/null
 if [ "${TRACE:-0}" = 1 ]; then  # rank 0's traces (traces.tar.gz of each run): the first bare run against each trainer run
   for d in "$O"/[0-9]*-*/; do [ -f "$d/traces.tar.gz" ] && tar -xzf "$d/traces.tar.gz" -C "$d"; done
-  bare_dir=$(ls -d "$O"/[0-9]*-bare/traces/bare* 2>/dev/null | head -1)
+  bare_dir=$(ls -d "$O"/[0-9]*-bare*/traces/bare* 2>/dev/null | head -1)  # bare or bare@VAR=... (N-bare-env)
   for t in $(ls -d "$O"/[0-9]*-trainer*/traces/ray* 2>/dev/null); do
     run=$(basename "$(dirname "$(dirname "$t")")")
     if [ -n "$bare_dir" ]; then
@@ -198,5 +198,7 @@ for name, m in marks.items():
     print(f"clocks {name}: {len(busy)} busy samples, SM {mean(busy, 2)} MHz, mem {mean(busy, 3)} MHz, "
           f"power {mean(busy, 4)} W, temp {mean(busy, 5)} C; reasons {sorted({r[7].strip() for r in busy if len(r) > 7})}")
 EOF
-# Only a few files come back from the device: the per-run outputs and directories go into one archive.
-(cd "$O" && tar -czf runs.tar.gz --remove-files [0-9]-* [0-9][0-9]-* 2>/dev/null; true)
+# At most 8 files come back from a device call, however many scripts ran in it: everything this run wrote
+# goes into one archive, $O/runs.tar.gz (the per-run outputs and directories, clocks.csv, runs.txt, env.txt,
+# nvidia-smi-q.txt, pytest.txt; what the console printed above is its summary).
+(cd "$O" && tar -czf ../.runs-$$.tar.gz --remove-files ./* 2>/dev/null; mv ../.runs-$$.tar.gz runs.tar.gz; true)
