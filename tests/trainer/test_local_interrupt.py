@@ -42,6 +42,21 @@ except KeyboardInterrupt:
     print("second: KeyboardInterrupt", flush=True)
 """
 
+ENDED_CHILD = """
+import os, pathlib, signal, sys, time
+from trainop_trainer import preempt
+preempt.install_driver_handler(pathlib.Path(sys.argv[1]), grace_s=0.5)
+os.kill(os.getpid(), signal.SIGINT)  # the Ctrl+C that stopped the run
+time.sleep(0.1)
+preempt.run_ended()  # the workers stopped, fit() returned: the status is being printed
+try:
+    os.kill(os.getpid(), signal.SIGINT)  # Ctrl+C again, while the status prints
+    time.sleep(1.5)  # past the first signal's grace period: its exit timer was cancelled
+    print("status printed, exit code", 128 + preempt.signalled_with(), flush=True)
+except KeyboardInterrupt:
+    print("KeyboardInterrupt while printing the status", flush=True)
+"""
+
 FIT_CHILD = """
 import os, pathlib, signal, sys, threading, time
 from trainop_trainer import preempt, ray_train
@@ -97,6 +112,15 @@ def test_ctrl_c_asks_the_workers_to_checkpoint_and_stop_and_ctrl_c_again_stops_n
         "without it"
     ) in lines, lines
     assert "trainop: Ctrl+C again: stopping now, without waiting for the checkpoint" in lines, lines
+
+
+def test_a_ctrl_c_after_the_run_ended_neither_interrupts_the_status_nor_exits_early(
+    tmp_path: pathlib.Path,
+) -> None:
+    lines = _child(ENDED_CHILD, tmp_path)
+    assert "trainop: the run has already ended; finishing" in lines, lines
+    assert f"status printed, exit code {128 + int(signal.SIGINT)}" in lines, lines
+    assert not any("KeyboardInterrupt" in line or "did not stop within" in line for line in lines), lines
 
 
 def test_fit_runs_beside_the_driver_handler_so_a_ctrl_c_during_fit_reaches_it(tmp_path: pathlib.Path) -> None:

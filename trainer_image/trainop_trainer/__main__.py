@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     preempt.install_driver_handler(config_module.paths_for(config).stop_file, grace_s=grace)
     try:
         result = ray_train.run(config, inject_failure_at_step=inject)
+        preempt.run_ended()
     except KeyboardInterrupt:  # a second SIGINT (preempt.install_driver_handler): no final checkpoint
         print("trainop: stopped by a second SIGINT, without a final checkpoint", file=sys.stderr)
         return 128 + signal.SIGINT

@@ -398,6 +398,7 @@ def _run_job(
     result: ray_train.RunResult | None = None
     try:
         result = ray_train.run(config, inject_failure_at_step=inject)
+        preempt.run_ended()  # a Ctrl+C from here on does not cut the status short
     except KeyboardInterrupt:  # Ctrl+C twice (preempt.install_driver_handler): no waiting for a checkpoint
         pass
     finally:

@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 _requested = threading.Event()
 _signals: list[int] = []  # the signal that asked first
 _driver_handler = threading.Event()
+_run_ended = threading.Event()  # the driver's run returned: a signal no longer interrupts what follows
+_exit_timers: list[threading.Timer] = []  # the first signal's "exit if the workers have not stopped" timer
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
@@ -77,17 +79,22 @@ def request() -> None:
 def reset() -> None:
     _requested.clear()
     _signals.clear()
+    _run_ended.clear()
 
 
 def install_driver_handler(stop_file: storage.RunDir, *, grace_s: float) -> None:
     """On SIGTERM/SIGINT in a driver: ask the workers to checkpoint and stop (``stop_file``), and exit (0
     for SIGTERM, 130 for SIGINT) after ``grace_s`` seconds if they have not finished by then. A second
     SIGINT (Ctrl+C again) raises KeyboardInterrupt in the main thread: stop now, without that checkpoint.
+    Once the run has returned, ``run_ended()`` turns the handler into a note on stderr.
     Call from the main thread, after ``ray.init`` (which installs its own SIGTERM handler);
     ``ray_train.run`` then keeps Ray Train's fit() from replacing the SIGINT one."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
         del frame
+        if _run_ended.is_set():  # what is left is printing the outcome: a Ctrl+C then must not cut it short
+            os.write(2, b"trainop: the run has already ended; finishing\n")
+            return
         if _requested.is_set():
             if signum == signal.SIGINT:  # the caller stops Ray (ray.shutdown at exit) and exits 130
                 os.write(2, b"trainop: Ctrl+C again: stopping now, without waiting for the checkpoint\n")
@@ -111,11 +118,22 @@ def install_driver_handler(stop_file: storage.RunDir, *, grace_s: float) -> None
 
         timer = threading.Timer(grace_s, force_exit)
         timer.daemon = True
+        _exit_timers.append(timer)
         timer.start()
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
     _driver_handler.set()
+
+
+def run_ended() -> None:
+    """The driver's run has returned (its workers stopped): from now on SIGTERM/SIGINT neither raise
+    KeyboardInterrupt nor end the process after the grace period; the handler only says so. What
+    is left (the outcome and the status printed) takes milliseconds, and a Ctrl+C landing in it showed a
+    traceback instead of the status."""
+    _run_ended.set()
+    while _exit_timers:
+        _exit_timers.pop().cancel()
 
 
 def driver_handler_installed() -> bool:
