@@ -8,6 +8,7 @@ mocked. Exact resume with FSDP through Ray Train is in ``test_trainer_ray.py``.
 from __future__ import annotations
 
 import pathlib
+import re
 import subprocess
 from typing import Any
 
@@ -131,6 +132,8 @@ def test_fsdp_with_bf16_compile_and_activation_checkpointing_trains_and_resumes(
     [first] = torchrun(path, nproc=2, TRAINOP_INJECT_FAILURE_AT_STEP="4")
     assert rc(first) != 0 and trainer_support.checkpoint_steps(config)[-1] == 4
     assert "activation checkpointing on 2 of 2 blocks" in first
+    assert re.search(r"torch\.compile: \d+ graphs captured in this process by the first training step", first)
+    assert "captured no graph" not in first
 
     [second] = torchrun(path, nproc=2)
 
@@ -151,11 +154,14 @@ def test_compile_wrapper_picks_inductors_cpp_or_python_wrapper_and_unset_leaves_
     import torch._inductor.config as inductor_config
     from torch._inductor.utils import run_and_get_code
 
-    monkeypatch.setattr(inductor_config, "cpp_wrapper", inductor_config.cpp_wrapper)  # restored afterwards
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     config = trainer_support.mlp_config(tmp_path, "wrapper", workers=1)
     settings, generated = {}, {}
-    with trainer_support.world_of_one() as ctx:
+    # The config's own patch() restores the setting afterwards; pytest's monkeypatch.setattr on a torch config
+    # module deletes the setting on undo ("torch._inductor.config.cpp_wrapper does not exist" in every later
+    # compile of the process).
+    restored = inductor_config.patch(cpp_wrapper=inductor_config.cpp_wrapper)
+    with restored, trainer_support.world_of_one() as ctx:
         for wrapper, before in (("cpp", False), ("python", True), (None, True), (None, False)):
             inductor_config.cpp_wrapper = before
             fields = {"compile": True} | ({"compileWrapper": wrapper} if wrapper else {})
@@ -175,6 +181,53 @@ def test_compile_wrapper_picks_inductors_cpp_or_python_wrapper_and_unset_leaves_
         (None, False): False,
     }
     assert generated == {"cpp": [(True, False)] * 2, "python": [(False, True)] * 2}
+
+
+class _OwnForward(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(4, 8), torch.nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.relu(self.a(x)))
+
+
+class _NotCompiled(_OwnForward):
+    @torch.compiler.disable  # type: ignore[untyped-decorator]
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x)
+
+
+def test_a_compile_that_captured_no_graph_is_one_warning_naming_the_field(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``parallelize.check_compiled`` after the first step: real torch.compile of DDP on a gloo world of one.
+    A module with its own forward is captured (INFO with the count); one whose forward torch.compile may not
+    trace captures nothing, and rank 0 logs one WARNING naming spec.compile (locally, torch 2.15, DDP around
+    an ``nn.Sequential`` compiled nothing: Dynamo skips torch's own forward after DDP's graph break)."""
+    from torch._dynamo.utils import counters
+    from torch.nn.parallel import DistributedDataParallel
+
+    monkeypatch.setitem(counters, "stats", type(counters["stats"])())  # this test's captures only
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    spec = trainer_support.with_spec(trainer_support.mlp_config(tmp_path, "c", workers=1), compile=True).spec
+    caplog.set_level("INFO", logger="trainop_trainer.parallelize")
+    with trainer_support.world_of_one():
+        torch._dynamo.reset()
+        _one_step(torch.compile(DistributedDataParallel(_NotCompiled())))
+        assert not parallelize.check_compiled(spec, "mlp", rank0=True)
+        assert not parallelize.check_compiled(spec, "mlp", rank0=False)
+        _one_step(torch.compile(DistributedDataParallel(_OwnForward())))
+        assert parallelize.check_compiled(spec, "mlp", rank0=True)
+    torch._dynamo.reset()
+    ours = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == parallelize.log.name]
+    warnings = [message for level, message in ours if level == "WARNING"]
+    assert warnings == [parallelize.NOTHING_COMPILED % "mlp"], ours
+    assert "spec.compile is true, but torch.compile captured no graph" in warnings[0]
+    assert ours[-1][0] == "INFO" and ours[-1][1].startswith("torch.compile: "), ours
+    config = trainer_support.mlp_config(tmp_path, "e", workers=1)
+    eager = trainer_support.with_spec(config, compile=False).spec
+    assert parallelize.check_compiled(eager, "mlp", rank0=True)  # nothing to check without compile
 
 
 def _one_step(model: Any) -> None:

@@ -136,6 +136,37 @@ def use_compile_wrapper(spec: trainingjob.TrainingJobSpec) -> None:
     log.info("torch.compile with Inductor's %s wrapper (compileWrapper)", wrapper.value)
 
 
+def compiled_graphs() -> int:
+    """How many graphs torch.compile (Dynamo) has captured in this process (``torch._dynamo.reset`` keeps the
+    count)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+NOTHING_COMPILED = (
+    "spec.compile is true, but torch.compile captured no graph in the first training step: the model %s "
+    "runs eagerly. Under DDP torch.compile compiles the model's own forward; a model whose forward is "
+    "torch's own code (an nn.Sequential at the top, say) is skipped. Give the model a forward of its own, or "
+    "set compile: false"
+)
+
+
+def check_compiled(spec: trainingjob.TrainingJobSpec, model_name: str, *, rank0: bool) -> bool:
+    """After the first training step of a process: with ``spec.compile``, whether torch.compile captured any
+    graph; if none, rank 0 logs one WARNING that names the field. Without it a compile that silently did
+    nothing (locally, torch 2.15: DDP around an ``nn.Sequential``) would look like a slow model."""
+    if not spec.compile:
+        return True
+    graphs = compiled_graphs()
+    if rank0:
+        if graphs:
+            log.info("torch.compile: %d graphs captured in this process by the first training step", graphs)
+        else:
+            log.warning(NOTHING_COMPILED, model_name)
+    return graphs > 0
+
+
 def _mesh(ctx: distributed.WorkerContext, strategy: trainingjob.ParallelismStrategy) -> Any:
     from torch.distributed.device_mesh import init_device_mesh
 
