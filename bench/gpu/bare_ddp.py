@@ -30,7 +30,8 @@ and waits for the device in the forward after it.
 1,024 distinct batches, made before the timed steps), as the trainer's synthetic token stream does, so the
 loss stays at ln(vocabulary) ~ 10.8; ``repeat``: the two batches alternated, as before that date, which
 GPT-small memorises (loss 2.6 after 320 steps) while its throughput falls ~2 % over a run (round 20 in
-docs/benchmarks-gpu.md: under the power cap its matrix kernels, not its memory-bound ones, slow down).
+docs/benchmarks-gpu.md; under the power cap bare's matrix kernels, not its memory-bound ones, took longer
+than the trainer's).
 ``BARE_DDP_BUCKET_VIEW=1``: DDP's ``gradient_as_bucket_view`` (the gradients are views into the all-reduce
 buckets, no copy into them after the backward), as the trainer's DDP has by default (switch ``bucket_view``);
 by default PyTorch's ``False``. With both variables bare DDP has the trainer's DDP settings.
