@@ -435,13 +435,13 @@ class Trainer:
         samples_per_step = self.accum * self.batch_size
         outcome = Outcome.COMPLETED
         collector.start()
-        compile_unchecked = self.spec.compile
+        first_step = True
         while self.step < self.total_steps and outcome == Outcome.COMPLETED:
             for group in self._epoch_batches():
                 self.train_step(group)
-                if compile_unchecked:
+                if first_step:  # check_compiled owns the spec.compile condition
                     parallelize.check_compiled(self.spec, self.workload.name, rank0=self.ctx.is_rank0)
-                    compile_unchecked = False
+                    first_step = False
                 self.step += 1
                 collector.after_step(self.step)
                 runtime.heartbeat.beat(self.step)
