@@ -399,9 +399,9 @@ def training_dashboard() -> dict[str, Any]:
             "All-reduce bus bandwidth",
             [
                 _target(
-                    "max by (namespace, name, profile) "
+                    "max by (namespace, name, profile, backend) "
                     f"(trainop_job_allreduce_bus_bandwidth_bytes_per_second{{{JOB}}})",
-                    "{{namespace}}/{{name}} ({{profile}})",
+                    "{{namespace}}/{{name}} ({{profile}}, {{backend}})",
                 ),
                 _target(
                     "min by (namespace, job) "
@@ -410,14 +410,15 @@ def training_dashboard() -> dict[str, Any]:
                 ),
                 _target(
                     "trainop_profile:allreduce_bus_bandwidth_expected_min_bytes_per_second",
-                    "floor: {{profile}}",
+                    "NCCL floor: {{profile}}",
                 ),
             ],
             unit="Bps",  # bytes/s, SI prefixes: 3.2e9 shows as 3.2 GB/s
             min_zero=True,
             width=8,
-            description="Start-up probe result (nccl-tests busbw; bytes/s, shown as GB/s) and each profile's "
-            "floor (TrainopAllReduceBandwidthLow).",
+            description="Start-up probe result (nccl-tests busbw; bytes/s, shown as GB/s), by profile and "
+            "backend, and each profile's floor (TrainopAllReduceBandwidthLow). The floors are NCCL's: the "
+            "alert holds only backend=nccl jobs to them; gloo (CPU) jobs are routinely under them.",
         ),
         row("Evaluation and cost"),
         timeseries(

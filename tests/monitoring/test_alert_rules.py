@@ -66,8 +66,17 @@ def test_promtool_unit_tests_pass(promtool: Path) -> None:
         ('phase="Failed"', 'phase="Failing"'),  # TrainopJobFailed watches a phase that does not exist
         ("< 30", "< 20"),  # TrainopGPUUnderutilised threshold
         ('up{job="trainop-operator"}', 'up{job="trainop"}'),  # TrainopOperatorDown looks at the wrong job
+        # TrainopAllReduceBandwidthLow forgets the backend and holds gloo (CPU) jobs to NCCL's floors.
+        ('bytes_per_second{backend="nccl"}', "bytes_per_second"),
     ],
-    ids=["stalled-threshold", "bandwidth-floor", "failed-phase", "gpu-threshold", "operator-job"],
+    ids=[
+        "stalled-threshold",
+        "bandwidth-floor",
+        "failed-phase",
+        "gpu-threshold",
+        "operator-job",
+        "bandwidth-backend",
+    ],
 )
 def test_promtool_unit_tests_catch_a_broken_rule(
     promtool: Path, tmp_path: Path, original: str, mutant: str

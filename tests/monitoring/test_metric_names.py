@@ -37,8 +37,9 @@ CONTRACT: dict[str, tuple[str, tuple[str, ...]]] = {
     "trainop_job_restarts": ("gauge", JOB),
     "trainop_job_checkpoint_timestamp_seconds": ("gauge", JOB),
     "trainop_job_progress_timestamp_seconds": ("gauge", JOB),
-    # `profile` (status.network.profile): TrainopAllReduceBandwidthLow compares against that profile's floor.
-    "trainop_job_allreduce_bus_bandwidth_bytes_per_second": ("gauge", (*JOB, "profile")),
+    # `profile` (status.network.profile): TrainopAllReduceBandwidthLow compares against that profile's floor;
+    # `backend` (status.network.backend: nccl, gloo or unknown): it does so for backend="nccl" only.
+    "trainop_job_allreduce_bus_bandwidth_bytes_per_second": ("gauge", (*JOB, "profile", "backend")),
     "trainop_job_samples_per_second": ("gauge", JOB),
     "trainop_job_loss": ("gauge", JOB),
     "trainop_job_goodput_ratio": ("gauge", JOB),

@@ -17,10 +17,14 @@ Per-owner series, removed when the owner is deleted:
 - ``trainop_job_phase{namespace,name,kind,phase}``        1, one series: the current phase
 - ``trainop_job_step``, ``trainop_job_restarts``, ``trainop_job_checkpoint_timestamp_seconds``,
   ``trainop_job_progress_timestamp_seconds``, ``trainop_job_samples_per_second``, ``trainop_job_loss``
-  ``{namespace,name}``, and ``trainop_job_allreduce_bus_bandwidth_bytes_per_second{namespace,name,profile}``
+  ``{namespace,name}``, and
+  ``trainop_job_allreduce_bus_bandwidth_bytes_per_second{namespace,name,profile,backend}``
   (bytes/s, base unit: ``status.network.allReduceBusBandwidthGBPerSecond`` * 1e9; ``profile`` is
-  ``status.network.profile``, so an alert can compare against that profile's floor; when the trainer
-  reports another profile the old series is replaced, never left behind), and
+  ``status.network.profile``, so an alert can compare against that profile's floor; ``backend`` is
+  ``status.network.backend`` when it is ``nccl`` or ``gloo``, otherwise ``unknown`` (three values at most),
+  so the floors, which are NCCL's, apply to NCCL jobs only and never to CPU (gloo) jobs; one series per
+  job: when the trainer reports another profile or backend the old series is replaced, never left
+  behind), and
   ``trainop_job_goodput_ratio{namespace,name}`` (``status.goodput.ratio``): TrainingJobs only
   (they carry no kind label, so a same-named sweep must not write them); a series appears once its
   status field does.
@@ -98,8 +102,9 @@ JOB_BUS_BANDWIDTH = prometheus_client.Gauge(
     "trainop_job_allreduce_bus_bandwidth_bytes_per_second",
     "All-reduce bus bandwidth the trainer measured at start-up, in bytes per second (nccl-tests' busbw "
     "definition; status.network.allReduceBusBandwidthGBPerSecond * 1e9); profile is the network profile "
-    "it ran with (status.network.profile).",
-    [*_JOB_LABELS, "profile"],
+    "it ran with (status.network.profile); backend is the torch.distributed backend it measured "
+    "(status.network.backend: nccl, gloo, or unknown).",
+    [*_JOB_LABELS, "profile", "backend"],
     registry=REGISTRY,
 )
 JOB_SAMPLES_PER_SECOND = prometheus_client.Gauge(
@@ -127,6 +132,12 @@ _TRAINER_GAUGES = (
 
 OwnerKey = tuple[str, str, str]  # kind, namespace, name
 
+# Values of the bandwidth series' backend label: the trainer's two backends (nccl on GPUs, gloo on CPUs).
+# Anything else the status holds (absent, "none", a typo) is exported as BACKEND_UNKNOWN, so the label
+# has three values at most whatever is written into status.
+BACKENDS = frozenset({"nccl", "gloo"})
+BACKEND_UNKNOWN = "unknown"
+
 # Zero-valued series from the start, so rate() and absent() work before the first reconcile.
 for _kind in kinds.ALL:
     for _result in ("success", "error"):
@@ -142,8 +153,8 @@ class OwnerMetrics:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._phases: dict[OwnerKey, str] = {}
-        # The profile label of each job's bandwidth series, to replace or remove it.
-        self._profiles: dict[tuple[str, str], str] = {}
+        # The (profile, backend) labels of each job's bandwidth series, to replace or remove it.
+        self._bandwidth_labels: dict[tuple[str, str], tuple[str, str]] = {}
         self._counts: collections.Counter[tuple[str, str]] = collections.Counter()
         for kind in kinds.ALL:
             for phase in Phase:
@@ -171,9 +182,9 @@ class OwnerMetrics:
             for gauge in _TRAINER_GAUGES:
                 _remove(gauge, namespace, name)
             with self._lock:
-                profile = self._profiles.pop((namespace, name), None)
-            if profile is not None:
-                _remove(JOB_BUS_BANDWIDTH, namespace, name, profile)
+                labels = self._bandwidth_labels.pop((namespace, name), None)
+            if labels is not None:
+                _remove(JOB_BUS_BANDWIDTH, namespace, name, *labels)
 
     def _set_phase(self, key: OwnerKey, phase: str) -> None:
         kind, namespace, name = key
@@ -210,13 +221,19 @@ class OwnerMetrics:
         gb_per_second = _number(network.get("allReduceBusBandwidthGBPerSecond"))
         if gb_per_second is not None:
             bandwidth = gb_per_second * 1e9  # the status carries GB/s; the metric is in base units
-            profile = str(network.get("profile") or "")
+            labels = (str(network.get("profile") or ""), backend_label(network.get("backend")))
             with self._lock:
-                previous = self._profiles.get((namespace, name))
-                if previous is not None and previous != profile:
-                    _remove(JOB_BUS_BANDWIDTH, namespace, name, previous)
-                self._profiles[(namespace, name)] = profile
-                JOB_BUS_BANDWIDTH.labels(namespace, name, profile).set(bandwidth)
+                previous = self._bandwidth_labels.get((namespace, name))
+                if previous is not None and previous != labels:
+                    _remove(JOB_BUS_BANDWIDTH, namespace, name, *previous)
+                self._bandwidth_labels[(namespace, name)] = labels
+                JOB_BUS_BANDWIDTH.labels(namespace, name, *labels).set(bandwidth)
+
+
+def backend_label(value: object) -> str:
+    """The ``backend`` label for ``status.network.backend``: nccl, gloo or unknown."""
+    backend = value.strip().lower() if isinstance(value, str) else ""
+    return backend if backend in BACKENDS else BACKEND_UNKNOWN
 
 
 def record_reconcile(kind: kinds.Kind, *, ok: bool, seconds: float) -> None:

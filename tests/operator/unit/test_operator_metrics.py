@@ -113,7 +113,7 @@ def test_trainer_reported_fields_become_job_series(owners: metrics.OwnerMetrics)
                 "updated": "2026-03-01T12:00:00Z",
             },
             checkpoint={"step": 100, "path": "/checkpoints/x", "time": "2026-03-01T11:59:00Z"},
-            network={"profile": "nvlink", "allReduceBusBandwidthGBPerSecond": 180.5},
+            network={"profile": "nvlink", "backend": "nccl", "allReduceBusBandwidthGBPerSecond": 180.5},
         ),
     )
     labels = {"namespace": "team-a", "name": "mlp"}
@@ -124,7 +124,10 @@ def test_trainer_reported_fields_become_job_series(owners: metrics.OwnerMetrics)
     assert value("trainop_job_progress_timestamp_seconds", **labels) == 1772366400.0
     assert value("trainop_job_checkpoint_timestamp_seconds", **labels) == 1772366340.0
     assert (
-        value("trainop_job_allreduce_bus_bandwidth_bytes_per_second", **labels, profile="nvlink") == 180.5e9
+        value(
+            "trainop_job_allreduce_bus_bandwidth_bytes_per_second", **labels, profile="nvlink", backend="nccl"
+        )
+        == 180.5e9
     )
 
 
@@ -154,14 +157,17 @@ def test_bandwidth_series_carries_the_reported_profile_and_follows_a_change_of_i
     owners: metrics.OwnerMetrics,
 ) -> None:
     owners.observe(
-        kinds.TRAINING_JOB, running_job(network={"profile": "tcp", "allReduceBusBandwidthGBPerSecond": 1.5})
+        kinds.TRAINING_JOB,
+        running_job(network={"profile": "tcp", "backend": "nccl", "allReduceBusBandwidthGBPerSecond": 1.5}),
     )
     owners.observe(
         kinds.TRAINING_JOB,
-        running_job(network={"profile": "infiniband", "allReduceBusBandwidthGBPerSecond": 22.0}),
+        running_job(
+            network={"profile": "infiniband", "backend": "nccl", "allReduceBusBandwidthGBPerSecond": 22.0}
+        ),
     )
     assert series("trainop_job_allreduce_bus_bandwidth_bytes_per_second", namespace="team-a", name="mlp") == [
-        {"namespace": "team-a", "name": "mlp", "profile": "infiniband"}
+        {"namespace": "team-a", "name": "mlp", "profile": "infiniband", "backend": "nccl"}
     ]
     assert (
         value(
@@ -169,6 +175,7 @@ def test_bandwidth_series_carries_the_reported_profile_and_follows_a_change_of_i
             namespace="team-a",
             name="mlp",
             profile="infiniband",
+            backend="nccl",
         )
         == 22.0e9
     )
