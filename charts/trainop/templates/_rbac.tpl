@@ -64,7 +64,8 @@ RBAC cannot confine writes to the objects trainop manages: templates/admission-p
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
   verbs: ["list", "watch", "create", "patch"]
-# Events on jobs (kopf's and the operator's, both core/v1); the trainer's Role grants the same.
+# Events on jobs, posted by the operator (kopf's own posting is off; core/v1); the trainer's Role grants
+# the same.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]

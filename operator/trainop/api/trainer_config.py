@@ -12,13 +12,18 @@ Environment overrides (documented for the e2e stand-in and for users running the
 from __future__ import annotations
 
 import json
+import logging
+import math
 import os
 import pathlib
+from collections.abc import Mapping
 from typing import Literal
 
 import pydantic
 
 from trainop.api import base, experiment, resources, trainingjob, tuningsweep
+
+log = logging.getLogger(__name__)
 
 CONFIG_ENV = "TRAINOP_CONFIG"
 STORAGE_PATH_ENV = "TRAINOP_STORAGE_PATH"
@@ -120,30 +125,55 @@ class Pricing(base.ApiModel):
 
 def pricing_for(job: trainingjob.TrainingJob) -> Pricing:
     """The job's ``trainop.dev/price-per-gpu-hour`` annotation, else the operator's environment (chart
-    values), else no price. A malformed annotation is ignored in favour of the chart's price: cost is an
-    estimate and must never stop a job."""
+    values), else no price. A malformed annotation is ignored in favour of the chart's price, and a
+    malformed environment value means no price: cost is an estimate and must never stop a job. Both are
+    reported -- the annotation by the caller (``price_annotation_problem``: a Warning Event), the
+    environment's here (a log line)."""
     currency = os.environ.get(CURRENCY_ENV) or DEFAULT_CURRENCY
     raw = job.metadata.annotations.get(experiment.PRICE_ANNOTATION)
-    if raw is not None:
-        try:
-            price = float(raw)
-        except ValueError:
-            price = -1.0
-        if price >= 0.0:
-            return Pricing(
-                price_per_gpu_hour=price,
-                currency=currency,
-                source=f"annotation {experiment.PRICE_ANNOTATION}",
-            )
+    price = _price(raw) if raw is not None else None
+    if price is not None:
+        return Pricing(
+            price_per_gpu_hour=price,
+            currency=currency,
+            source=f"annotation {experiment.PRICE_ANNOTATION}",
+        )
     env = os.environ.get(PRICE_ENV)
     if env:
-        try:
+        env_price = _price(env)
+        if env_price is not None:
             return Pricing(
-                price_per_gpu_hour=float(env), currency=currency, source="chart cost.pricePerGpuHour"
+                price_per_gpu_hour=env_price, currency=currency, source="chart cost.pricePerGpuHour"
             )
-        except (ValueError, pydantic.ValidationError):
-            pass
+        log.warning(
+            "%s is %r, not a price: set the chart's cost.pricePerGpuHour to a plain non-negative number "
+            "such as 2.5 (or empty for no estimate); no cost is estimated meanwhile.",
+            PRICE_ENV,
+            env,
+        )
     return Pricing(currency=currency)
+
+
+def price_annotation_problem(annotations: Mapping[str, str]) -> str | None:
+    """One sentence naming the job's malformed ``trainop.dev/price-per-gpu-hour`` annotation and its fix
+    (for a Warning Event); None when the annotation is absent or a price."""
+    raw = annotations.get(experiment.PRICE_ANNOTATION)
+    if raw is None or _price(raw) is not None:
+        return None
+    return (
+        f"Annotation {experiment.PRICE_ANNOTATION} is {raw!r}, not a price: write a plain non-negative "
+        "number such as 2.50 (no currency sign; the currency is the chart's cost.currency); until then "
+        "status.cost uses the chart's cost.pricePerGpuHour, if set."
+    )
+
+
+def _price(raw: str) -> float | None:
+    """A price per GPU-hour: a finite, non-negative number; None for anything else."""
+    try:
+        price = float(raw)
+    except ValueError:
+        return None
+    return price if math.isfinite(price) and price >= 0.0 else None
 
 
 class TrainerConfig(base.ApiModel):

@@ -8,8 +8,9 @@ again under the same name resumes from them. ``checkpoint.storage.deleteWithJob:
 reference; ``existingClaim`` or ``s3`` (checkpoints in a bucket) means no claim is created at all.
 
 The trainer's RBAC is as narrow as Kubernetes allows: its ServiceAccount may ``get`` and ``patch`` the
-status subresource of its own owner (``resourceNames: [<name>]``) and nothing else -- not the spec, not
-other jobs, not Secrets. The RayJob is built in ``rayjob``.
+status subresource of its own owner (``resourceNames: [<name>]``) and ``create`` Events (a network
+profile's outcome), nothing else -- not the spec, not other jobs, not Secrets. The RayJob is built in
+``rayjob``.
 
 This module must not talk to the API or read the clock: the same input gives the same manifests.
 """

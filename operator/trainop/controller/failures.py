@@ -11,7 +11,7 @@ Three sources, in this order (issue #17's contract, docs/operator.md "Failures")
    evicted (Preempted), a pod of a lost node (NodeLost), an image that cannot be pulled or a pod that
    cannot be scheduled (InfraError). A pod of a failed attempt may be gone when the RayJob reports FAILED,
    so the reconciler keeps the facts it saw while the attempt ran (``reconcile``: in memory, one attempt
-   per owner, :data:`MAX_FACTS` facts).
+   per owner, at most :data:`MAX_FACTS` facts, :func:`remember`).
 3. KubeRay's RayJob: its refusal of the spec (InvalidSpec), a submission that never started
    (InfraError), a message naming NCCL or an out-of-memory error. Else Unknown.
 
@@ -33,8 +33,12 @@ from trainop.api.operator_status import FailureReason
 from trainop.controller import observe
 
 # Pod facts kept per owner for its current attempt: enough for every pod of a large job to have said one
-# thing, small enough that a thousand jobs cost nothing.
+# thing, small enough that a thousand jobs cost nothing. When it is full a new fact still goes in and the
+# least telling one goes out (``remember``).
 MAX_FACTS = 32
+# ``PodFact.slot`` of a pod's PodScheduled=False/Unschedulable fact: the scheduler rewrites its message as
+# nodes come and go, and only the latest one is the pod's state.
+UNSCHEDULABLE_SLOT = "PodScheduled"
 # Among pod facts of one attempt, the most specific cause wins (a container killed by the kernel for its
 # memory says more than the pod's later deletion).
 _PRECEDENCE = (
@@ -68,6 +72,9 @@ class PodFact:
     message: str
     pod: str
     time: datetime.datetime | None = None  # when it happened, where the API says
+    # Set on a fact that is the current state of one thing of its pod (UNSCHEDULABLE_SLOT): a newer fact of
+    # the same pod and slot replaces it (``remember``). Empty: an event that happened, kept as it is.
+    slot: str = ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -105,6 +112,7 @@ def pod_facts(pod: Mapping[str, Any]) -> tuple[PodFact, ...]:
                     f"pod {name} cannot be scheduled: {condition.get('message') or ''}".rstrip(": "),
                     name,
                     observe.parse_time(condition.get("lastTransitionTime")),
+                    slot=UNSCHEDULABLE_SLOT,
                 )
             )
     pod_reason = str(status.get("reason") or "")
@@ -175,12 +183,30 @@ def pod_facts(pod: Mapping[str, Any]) -> tuple[PodFact, ...]:
 def remember(
     kept: Sequence[PodFact], seen: Iterable[PodFact], *, limit: int = MAX_FACTS
 ) -> tuple[PodFact, ...]:
-    """``kept`` plus the facts of ``seen`` not in it yet, oldest kept first, at most ``limit``."""
+    """``kept`` plus the facts of ``seen`` not in it yet, oldest first, at most ``limit``.
+
+    A fact with a ``slot`` replaces the kept fact of the same pod and slot: a pod waiting for nodes is one
+    Unschedulable fact, the scheduler's latest message, however often that message changed. When the list
+    is full, the fact of the lowest precedence (``classify_facts``' order), the oldest of them, goes out --
+    the new one only when it ranks below every kept fact. So a job that waited long for nodes still keeps
+    the OOMKilled, NodeLost or Preempted fact that ends its attempt.
+    """
     out = list(kept)
     for fact in seen:
-        if fact not in out and len(out) < limit:
-            out.append(fact)
+        if fact in out:
+            continue
+        if fact.slot:
+            out = [f for f in out if not (f.pod == fact.pod and f.slot == fact.slot)]
+        out.append(fact)
+        while len(out) > limit:
+            lowest = max(_rank(f) for f in out)
+            del out[next(i for i, f in enumerate(out) if _rank(f) == lowest)]
     return tuple(out)
+
+
+def _rank(fact: PodFact) -> int:
+    """Where the fact's class stands in ``_PRECEDENCE`` (0: the most specific); after it, any other."""
+    return _PRECEDENCE.index(fact.reason) if fact.reason in _PRECEDENCE else len(_PRECEDENCE)
 
 
 def where(rank: int | None, step: int | None) -> str:

@@ -116,7 +116,8 @@ GRANTS: tuple[Grant, ...] = (
         ("",),
         ("events",),
         ("create",),
-        "Events on jobs (kopf's and the operator's, both core/v1); the trainer's Role grants the same.",
+        "Events on jobs, posted by the operator (kopf's own posting is off; core/v1); the trainer's Role "
+        "grants the same.",
     ),
     Grant(
         ("apiextensions.k8s.io",),

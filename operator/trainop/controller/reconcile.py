@@ -290,6 +290,7 @@ class Reconciler:
             worker_failures=_trainer_record(raw_status, "workerFailures", trainingjob.WorkerFailures),
             progress=_trainer_record(raw_status, "progress", trainingjob.Progress),
             pod_facts=self._remember_pod_facts(key, kind, attempt),
+            raw_ttl_seconds_after_finished=_raw_spec(body).get("ttlSecondsAfterFinished"),
         )
         return _Read(owner_uid, attempt, observed, ray_jobs, claim)
 
@@ -445,6 +446,12 @@ def _storage_check(raw_status: Mapping[str, Any]) -> trainingjob.StorageStatus |
         return trainingjob.StorageStatus.model_validate(reported)
     except pydantic.ValidationError:
         return None
+
+
+def _raw_spec(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The owner's spec as stored, unvalidated (a spec the models refuse has no other reading)."""
+    spec = body.get("spec")
+    return spec if isinstance(spec, Mapping) else {}
 
 
 Record = TypeVar("Record", bound=pydantic.BaseModel)

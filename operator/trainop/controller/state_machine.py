@@ -57,7 +57,7 @@ import dataclasses
 import datetime
 from collections.abc import Mapping
 
-from trainop.api import manifest, operator_status, trainingjob
+from trainop.api import manifest, operator_status, trainer_config, trainingjob
 from trainop.api.operator_status import MAX_FAILURE_HISTORY, Children, Failure, FailureReason, Phase
 from trainop.controller import acceptance, conditions, failures, goodput, kinds, observe
 
@@ -72,6 +72,11 @@ EVIDENCE_WAIT_S = 10.0
 ANNOUNCED_PHASES = frozenset(
     {Phase.RUNNING, Phase.RESTARTING, Phase.SUSPENDED, Phase.SUCCEEDED, Phase.FAILED}
 )
+
+
+# The Warning Event's reason when an attempt starts while the job's trainop.dev/price-per-gpu-hour
+# annotation is not a price (``trainer_config.price_annotation_problem``).
+INVALID_PRICE = "InvalidPriceAnnotation"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +102,9 @@ class Observed:
     progress: trainingjob.Progress | None = None
     # What the attempt's Ray pods showed while it ran (``failures.pod_facts``), kept by the reconciler.
     pod_facts: tuple[failures.PodFact, ...] = ()
+    # spec.ttlSecondsAfterFinished as stored, unchecked: the TTL of a spec that never validated (there is
+    # no accepted spec to read it from); anything but an integer in range is no TTL.
+    raw_ttl_seconds_after_finished: object = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,7 +213,7 @@ class _Evaluation:
             if not self._finished:
                 fields = "; ".join(str(e) for e in self.verdict.errors)
                 self._finish(Phase.FAILED, "InvalidSpec", f"The spec is invalid: {fields}.")
-            return self._decide(apply_children=False)
+            return self._expire(self._raw_ttl(), keep=None)
         self._describe_children(resource)
         life = kinds.lifecycle(resource)
         if self._never_started_for_an_invalid_spec():
@@ -343,6 +351,8 @@ class _Evaluation:
         if self.status.phase == Phase.RUNNING and not was_running and ray is not None and ray.created:
             time_to_running = max((self.now - ray.created).total_seconds(), 0.0)
         create = ray is None
+        if create:
+            self._warn_of_a_bad_price(resource, attempt)
         # Named while it exists, or while this reconcile creates it; not while its creation keeps failing.
         named = not create or not self.observed.create_errors
         self.status.children = _with_ray_job(self.status.children, name if named else None)
@@ -353,6 +363,15 @@ class _Evaluation:
             restarted=restarted,
             time_to_running=time_to_running,
         )
+
+    def _warn_of_a_bad_price(self, resource: manifest.Resource, attempt: int) -> None:
+        """A Warning Event when the attempt being created gets its trainer config (so its price) while the
+        job's price annotation is malformed: cost is an estimate, so the job runs, on the chart's price."""
+        if not isinstance(resource, trainingjob.TrainingJob):
+            return  # a sweep's config carries no price
+        problem = trainer_config.price_annotation_problem(resource.metadata.annotations)
+        if problem is not None:
+            self.events.append(Event("Warning", INVALID_PRICE, problem, key=f"price/{attempt}"))
 
     def _after_failure(self, ray: observe.RayJobObservation, life: kinds.Lifecycle) -> Transition:
         attempt = self.status.attempt
@@ -517,7 +536,10 @@ class _Evaluation:
             if self.ray is not None and self.ray.state.terminal:
                 keep = name
         self.status.children = _with_ray_job(self.status.children, keep)
-        ttl = life.ttl_seconds_after_finished
+        return self._expire(life.ttl_seconds_after_finished, keep=keep)
+
+    def _expire(self, ttl: int | None, *, keep: str | None) -> Transition:
+        """A finished owner: deleted once ``ttl`` seconds passed since its completionTime, else requeued."""
         completed = observe.parse_time(self.status.completion_time)
         if ttl is not None and completed is not None:
             due = completed + datetime.timedelta(seconds=ttl)
@@ -525,6 +547,15 @@ class _Evaluation:
                 return self._decide(ray_job=keep, delete_owner=True)
             self.requeues.append((due - self.now).total_seconds())
         return self._decide(ray_job=keep)
+
+    def _raw_ttl(self) -> int | None:
+        """ttlSecondsAfterFinished of a spec that never validated, when it is itself valid; else None."""
+        ttl = self.observed.raw_ttl_seconds_after_finished
+        if isinstance(ttl, bool) or not isinstance(ttl, int):
+            return None
+        if 0 <= ttl <= trainingjob.MAX_DURATION_SECONDS:
+            return ttl
+        return None
 
     # ---------------------------------------------------------------------------------------- steps
     def _never_started_for_an_invalid_spec(self) -> bool:
