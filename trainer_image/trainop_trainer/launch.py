@@ -7,8 +7,9 @@ machine without Ray::
     python -m trainop_trainer.launch --config job.json          # one process, world size 1
 
 Checkpoints, resume, metrics, status and SIGTERM handling are the ones of the Ray path (torchrun forwards
-SIGTERM to every rank; each checkpoints and exits 0). GPUs are used when the spec asks for them and CUDA is
-available.
+SIGTERM to every rank; each checkpoints and exits 0); like a Ray driver, rank 0 clears a stop request left
+by an earlier run (``<run>/trainop/stop-requested``) before training. GPUs are used when the spec asks for
+them and CUDA is available.
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     use_gpu = config.spec.workers.gpus_per_worker > 0 and torch.cuda.is_available()
     ctx = distributed.from_torchrun_env(use_gpu=use_gpu)
     configure_logging(rank=ctx.rank)
+    if ctx.is_rank0:
+        # A stop request belongs to the launch that received it (as ray_train.run clears it): an old one
+        # would stop this launch after its first step. Only rank 0 looks for it (step_schedule).
+        config_module.paths_for(config).stop_file.unlink(missing_ok=True)
     launch_id = args.launch_id or _shared_launch_id(ctx)
     launch = config_module.LaunchSettings(
         config_json=config_module.dumps(config),

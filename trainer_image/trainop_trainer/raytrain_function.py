@@ -5,9 +5,10 @@ A Ray Train user already has ``train_loop_per_worker(config)`` written against R
 ``prepare_data_loader``). trainop runs it as it is and supplies what the built-in loop gets:
 
 - **the TorchTrainer** (``run``): the job's worker layout (``config.scaling_for``), ``RunConfig(name=
-  runName, storage_path=storagePath)`` on the checkpoint volume, ``FailureConfig(max_failures=
-  maxWorkerFailures)``, ``CheckpointConfig(num_to_keep=keepLast)``, the NCCL environment of the job's
-  network profile, and ``workload.config`` as the function's ``train_loop_config``;
+  runName, storage_path=storagePath)`` on the checkpoint volume or, for ``s3://``, in the bucket with the
+  filesystem of ``checkpoint.storage.s3`` (``run_config``, as the built-in loop), ``FailureConfig(
+  max_failures=maxWorkerFailures)``, ``CheckpointConfig(num_to_keep=keepLast)``, the NCCL environment of
+  the job's network profile, and ``workload.config`` as the function's ``train_loop_config``;
 - **restarts**: Ray Train restarts the worker group after a worker dies and hands the function its newest
   checkpoint through ``ray.train.get_checkpoint()``; a new attempt (a new RayJob) builds a TorchTrainer
   with the same name and storage path, and Ray Train restores its checkpoint manager from the volume, so
@@ -31,6 +32,7 @@ loop and user entrypoints (the API refuses them with ``rayTrain``).
 
 from __future__ import annotations
 
+import atexit
 import inspect
 import json
 import logging
@@ -42,7 +44,7 @@ from ray.train import UserCallback
 
 from trainop.api import experiment, trainer_config, trainingjob
 from trainop_trainer import config as config_module
-from trainop_trainer import cost, run_record, user
+from trainop_trainer import cost, run_record, storage, user
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +137,11 @@ class StatusCallback(UserCallback):
         self.paths.run_dir.mkdir(parents=True, exist_ok=True)
         self.status = StatusReporter.for_config(self.config, status_file=self.paths.status_file)
         self.tracking = tracking.Tracking.start(self.config, run_dir=self.paths.run_dir)
+        # A report never waits for the tracking thread: in an MLflow outage it backs off for up to a minute,
+        # and the function's next ray.train.report would wait for this callback. What is queued is sent
+        # when this process ends (the controller's copy has no ``finish``; Ray ends it gracefully), or by
+        # ``finish`` (the driver's copy).
+        atexit.register(self.tracking.flush)
         if self.tracking.active:
             self.status.record("tracking", self.tracking.status())
             self.tracking.attempt(0, self.config.attempt)
@@ -212,7 +219,6 @@ class StatusCallback(UserCallback):
             self.tracking.evaluation(step, evaluation)
         if path is not None:
             self.tracking.checkpoint("latest", path=str(path), step=step, metrics=numbers)
-        self.tracking.flush()  # the controller may exit right after the last report
         self.record._event("report", step=step, epoch=epoch, metrics=numbers, checkpoint=path)
         self._publish_cost()
 
@@ -264,9 +270,32 @@ def _as_float(value: Any) -> float | None:
 
 
 # ----------------------------------------------------------------------------------------- the driver
+def run_config(
+    config: trainer_config.TrainerConfig, *, worker_env: dict[str, str], callbacks: list[Any]
+) -> Any:
+    """Ray Train's ``RunConfig`` for ``config``: the run's name and where it is stored, as the built-in
+    loop's TorchTrainer has them (``ray_train.torch_trainer``): a bucket's path with the filesystem of
+    ``spec.checkpoint.storage.s3`` (endpoint, region, the environment's credentials), else the volume's."""
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig
+
+    spec = config.spec
+    where: dict[str, Any] = {"storage_path": config.storage_path}
+    root = config_module.paths_for(config).run_dir.parent
+    if isinstance(root, storage.StoragePath):
+        where = {"storage_path": root.path, "storage_filesystem": root.fs}
+    return RunConfig(
+        name=config.run_name,
+        **where,
+        failure_config=FailureConfig(max_failures=spec.failure_policy.max_worker_failures),
+        checkpoint_config=CheckpointConfig(num_to_keep=spec.checkpoint.keep_last),
+        worker_runtime_env={"env_vars": worker_env},
+        callbacks=callbacks,
+    )  # type: ignore[call-arg]  # (mypy sees Ray Train V1's RunConfig; V2's has worker_runtime_env)
+
+
 def run(config: trainer_config.TrainerConfig, *, worker_env: dict[str, str]) -> tuple[str, str | None]:
     """Train ``config``'s Ray Train function on the connected Ray cluster; (outcome, error)."""
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train import ScalingConfig
     from ray.train.torch import TorchTrainer
     from ray.train.v2.api.exceptions import TrainingFailedError
 
@@ -289,14 +318,7 @@ def run(config: trainer_config.TrainerConfig, *, worker_env: dict[str, str]) -> 
             use_gpu=scaling.use_gpu,
             resources_per_worker=scaling.resources_per_worker,
         ),
-        run_config=RunConfig(
-            name=config.run_name,
-            storage_path=config.storage_path,
-            failure_config=FailureConfig(max_failures=spec.failure_policy.max_worker_failures),
-            checkpoint_config=CheckpointConfig(num_to_keep=spec.checkpoint.keep_last),
-            worker_runtime_env={"env_vars": worker_env},
-            callbacks=[callback],  # type: ignore[list-item]  # (mypy sees V1's callback type)
-        ),  # type: ignore[call-arg]
+        run_config=run_config(config, worker_env=worker_env, callbacks=[callback]),
     )
     log.info("starting %s (Ray Train function %s)", config_module.describe(config), spec.workload.ray_train)
     paths = config_module.paths_for(config)

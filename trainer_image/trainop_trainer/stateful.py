@@ -13,8 +13,9 @@ saved under its name; what a part contains is the part's business:
   spec (``maxSteps`` may change between attempts).
 - ``grad_scaler`` (``GradScalerState``): fp16 loss scale and growth tracker (empty when disabled).
 - ``train_state`` (``TrainState``): the optimizer step.
-- ``sampler`` (``DataPosition``): the epoch and the batches consumed in it — where the sampler resumes (the
-  sampler itself is a pure function of seed, epoch and position).
+- ``sampler`` (``DataPosition``): the epoch, the batches consumed in it and their size — where the sampler
+  resumes (the sampler itself is a pure function of seed, epoch and position), converted when the world
+  size or ``batchSizePerWorker`` changed between attempts.
 - ``rng`` (``RNGState``): per rank, saved as ``rng_rank<r>``: torch, CUDA, numpy, python.
 - ``user`` (``UserState``): a user entrypoint's state, as rank 0 passed it.
 
@@ -141,29 +142,51 @@ class TrainState:
 
 @dataclasses.dataclass
 class DataPosition:
-    """Where the loop is in the data: the epoch and the micro-batches this rank consumed in it."""
+    """Where the loop is in the data: the epoch and the micro-batches this rank consumed in it, of
+    ``batch_size`` samples each (0: not known, the caller's own batches).
+
+    Loaded from the checkpoint's own metadata (``template_free``): checkpoints saved before ``batch_size``
+    was saved have no such key, and a template naming it would refuse them."""
+
+    template_free = True
 
     world_size: int
     epoch: int = 0
     batches_in_epoch: int = 0
+    batch_size: int = 0
 
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "batches_in_epoch": self.batches_in_epoch, "world_size": self.world_size}
+        return {
+            "epoch": self.epoch,
+            "batches_in_epoch": self.batches_in_epoch,
+            "world_size": self.world_size,
+            "batch_size": self.batch_size,
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.epoch = int(state_dict["epoch"])
         batches = int(state_dict["batches_in_epoch"])
         saved_world = int(state_dict.get("world_size", self.world_size))
+        # Not known (0, or a checkpoint saved before the batch size was): taken to be unchanged.
+        batch = self.batch_size or int(state_dict.get("batch_size") or 0) or 1
+        saved_batch = int(state_dict.get("batch_size") or 0) or batch
         if saved_world != self.world_size:
-            # The same global position, split over the new number of ranks.
-            batches = batches * saved_world // self.world_size
             log.warning(
                 "world size changed %d -> %d: the data order resumes at the same global position, "
                 "re-split over the new ranks (not the exact order of an uninterrupted run)",
                 saved_world,
                 self.world_size,
             )
-        self.batches_in_epoch = batches
+        if saved_batch != batch:
+            log.warning(
+                "batchSizePerWorker changed %d -> %d: the data resumes after the same samples, in batches "
+                "of the new size (rounded down to a whole batch)",
+                saved_batch,
+                batch,
+            )
+        # The same global position (samples consumed by all ranks), in batches of this run's size and
+        # split over this run's ranks.
+        self.batches_in_epoch = batches * saved_batch * saved_world // (batch * self.world_size)
 
 
 def rng_state(device: torch.device) -> dict[str, Any]:

@@ -14,8 +14,9 @@ volume (``LocalFileSystem``), so the checkpoint store has one code path for both
 
 What the checkpoint store relies on, true on a POSIX volume and on S3 alike:
 - a file written by ``write_bytes``/``write_text`` is there whole or not at all (volume: a temp file
-  renamed; S3: an object exists only once its upload completed, so a writer killed mid-upload leaves
-  nothing behind but an incomplete multipart upload the bucket's lifecycle rule should abort);
+  fsynced and renamed, then the directory fsynced, so a node's crash cannot undo it either; S3: an
+  object exists only once its upload completed, so a writer killed mid-upload leaves nothing behind but an
+  incomplete multipart upload the bucket's lifecycle rule should abort);
 - a listing shows every completed write (S3 is strongly consistent, as are MinIO, Ceph and versitygw).
 Not atomic on S3: moving a directory (each object copied, then deleted), which only moves a broken
 checkpoint aside; deleting a directory (the store deletes the commit marker first).
@@ -113,13 +114,19 @@ class StoragePath:
         return self.read_bytes().decode()
 
     def write_bytes(self, data: bytes) -> None:
-        """Whole or not at all: a temp file renamed on the volume, one PUT on S3."""
+        """Whole or not at all: a temp file renamed on the volume, one PUT on S3. On the volume the data is
+        on disk before the rename and the rename before this returns (both fsynced), so that a crash of the
+        node never leaves the name pointing at a file whose data was not written (the manifest)."""
         if self.is_local:
-            self.fs.create_dir(posixpath.dirname(self.path), recursive=True)
+            directory = posixpath.dirname(self.path)
+            self.fs.create_dir(directory, recursive=True)
             tmp = f"{self.path}.tmp-{uuid.uuid4().hex[:12]}"
-            with self.fs.open_output_stream(tmp) as stream:
-                stream.write(data)
-            self.fs.move(tmp, self.path)
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+            _fsync_dir(directory)
             return
         with self.fs.open_output_stream(self.path) as stream:
             stream.write(data)
@@ -190,6 +197,15 @@ class StoragePath:
 
 
 RunDir = pathlib.Path | StoragePath
+
+
+def _fsync_dir(directory: str) -> None:
+    """Make a rename in ``directory`` durable (POSIX: fsync the directory itself)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def at(path: str | os.PathLike[str] | StoragePath) -> StoragePath:

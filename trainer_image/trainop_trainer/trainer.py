@@ -17,11 +17,11 @@ the checkpoint's manifest when that step is checkpointed. With ``checkpoint.keep
 step is also checkpointed, so the best model is always on the volume.
 
 Checkpoints: the Trainer registers its parts with the runtime's ``Checkpointer`` — model, optimizer, LR
-schedule, grad scaler, train state (the step), sampler position (epoch, micro-batches consumed in it); the
-runtime registered every rank's RNG state — and saves with asynchronous staging: before it next changes
-the state (the forward pass when the model has buffers, else the optimizer step) it waits for the copy to
-finish. Exact resume: the sampler restarts mid-epoch at the same index and every rank's RNG continues; on
-deterministic kernels (CPU) a resumed run is bitwise equal to an uninterrupted one.
+schedule, grad scaler, train state (the step), sampler position (epoch, micro-batches consumed in it, their
+size); the runtime registered every rank's RNG state — and saves with asynchronous staging: before it next
+changes the state (the forward pass when the model has buffers, else the optimizer step) it waits for the
+copy to finish. Exact resume: the sampler restarts mid-epoch at the same index and every rank's RNG
+continues; on deterministic kernels (CPU) a resumed run is bitwise equal to an uninterrupted one.
 
 Benchmarks can ask, through the environment, for a profiler window or A/B blocks of runtime switches
 (``bench_hooks``); the loop marks its parts (``trainop.data``, ``trainop.control``, ...) for that trace.
@@ -144,7 +144,7 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.schedule)
 
         self.train_state = stateful.TrainState()
-        self.position = stateful.DataPosition(world_size=ctx.world_size)
+        self.position = stateful.DataPosition(world_size=ctx.world_size, batch_size=self.batch_size)
         self.reports = runtime.reports
         self.reports.batch_size_per_worker = self.batch_size
         self._window = runtime.reports.window

@@ -1,0 +1,42 @@
+"""``python -m trainop_trainer.launch`` and a stop request left behind by an earlier run.
+
+A driver that received Ctrl+C or SIGTERM writes ``<run>/trainop/stop-requested``; the request belongs to
+that launch. A later launch must clear it before training (as ``ray_train.run`` does), not checkpoint after
+its first step and stop. A real process (gloo, world size 1) on real files; nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+
+import trainer_support
+
+from trainop_trainer import config as config_module
+
+
+def test_a_stale_stop_request_does_not_stop_a_new_launch(tmp_path: pathlib.Path) -> None:
+    config = trainer_support.mlp_config(tmp_path, "stale-stop", workers=1, max_steps=20, interval_steps=10)
+    stop_file = pathlib.Path(config_module.paths_for(config).stop_file)
+    stop_file.parent.mkdir(parents=True)
+    stop_file.write_text("signal 2 at 0\n")  # what preempt.install_driver_handler wrote on an earlier Ctrl+C
+
+    run = subprocess.run(
+        [
+            trainer_support.PYTHON,
+            "-m",
+            "trainop_trainer.launch",
+            "--config",
+            str(trainer_support.write_config(config, tmp_path / "trainer.json")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=trainer_support.subprocess_env(),
+    )
+
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out
+    assert "training completed at step 20 of 20" in out, out
+    assert trainer_support.checkpoint_steps(config) == [10, 20]
+    assert not stop_file.exists()
