@@ -16,7 +16,7 @@ import pytest
 from trainop.controller import kinds, metrics
 
 METRIC = "trainop_job_allreduce_bus_bandwidth_bytes_per_second"
-NAMESPACE = "r27-backend"
+NAMESPACE = "backend-label"
 NAMES = ("cpu-mlp", "gpu", "odd")
 
 

@@ -4,14 +4,14 @@ The container entry point of the trainer image. On a cluster the operator mounts
 /etc/trainop/trainer.json and KubeRay sets RAY_ADDRESS; by hand, ``--config`` names any TrainerConfig JSON
 and a local Ray runtime is started. Exit codes: 0 completed or stopped by SIGTERM (after a checkpoint),
 1 training failed, 2 the config or the entrypoint is invalid, or the checkpoint storage cannot be written
-(one line on stderr says which field and why).
+(one line on stderr says which field and why), or a TRAINOP_* variable's value is invalid (one line names
+it). SIGTERM waits ``$TRAINOP_STOP_GRACE_S`` (default 25) for the workers' checkpoint, then exits 0 anyway.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import sys
 
@@ -31,7 +31,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         epilog=(
             "Environment: TRAINOP_CONFIG (config path), TRAINOP_STORAGE_PATH (overrides storagePath), "
             "RAY_ADDRESS (join that cluster), TRAINOP_INJECT_FAILURE_AT_STEP (kill one worker once, after a "
-            "checkpoint), TRAINOP_STOP_GRACE_S (seconds to wait for workers after SIGTERM)."
+            "checkpoint), TRAINOP_STOP_GRACE_S (seconds to wait for workers after SIGTERM), "
+            "TRAINOP_RAY_REPORT_MIN_INTERVAL_S (the least time between two reports to Ray Train)."
         ),
     )
     parser.add_argument(
@@ -56,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = trainer_config.load(args.config)
         inject = config_module.inject_failure_from_env()
+        grace = config_module.stop_grace_from_env(DEFAULT_STOP_GRACE_S)
+        config_module.ray_report_min_interval_from_env()  # every worker reads it: a bad value stops here
         if config.spec.workload.entrypoint is not None:
             user.resolve(config.spec.workload.entrypoint)
         if config.spec.workload.ray_train is not None:
@@ -90,7 +93,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trainop: error: {problem.message}", file=sys.stderr)
         return 2
     ray_train.ensure_ray()
-    grace = float(os.environ.get("TRAINOP_STOP_GRACE_S", DEFAULT_STOP_GRACE_S))
     preempt.install_driver_handler(config_module.paths_for(config).stop_file, grace_s=grace)
     try:
         result = ray_train.run(config, inject_failure_at_step=inject)

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from trainop.api import resources, trainer_config, trainingjob
 from trainop_trainer import storage
@@ -29,6 +31,13 @@ from trainop_trainer import storage
 # checkpoint after it (``runtime.Runtime.maybe_inject_failure``, every workload alike): the demo and the
 # resume tests use it to exercise Ray Train's worker-group restart. Read by the driver, passed to workers.
 INJECT_FAILURE_ENV = "TRAINOP_INJECT_FAILURE_AT_STEP"
+# A driver's wait for its workers' checkpoint after SIGTERM/SIGINT, in seconds (preempt.py).
+STOP_GRACE_ENV = "TRAINOP_STOP_GRACE_S"
+# ray.train.report is a barrier and, in Ray 2.60, blocks while the controller (polling every 2 s) has not
+# consumed the previous report: so status and metrics follow spec.reporting, Ray reports at most this often
+# (``step_schedule.ray_report_interval``). Read by every worker; a driver checks it and forwards it.
+RAY_REPORT_MIN_INTERVAL_ENV = "TRAINOP_RAY_REPORT_MIN_INTERVAL_S"
+DEFAULT_RAY_REPORT_MIN_INTERVAL_S = 10.0
 # Where worker processes register their PIDs so that a pod's preStop hook can signal them.
 PID_DIR_ENV = "TRAINOP_PID_DIR"
 DEFAULT_PID_DIR = "/tmp/trainop/pids"
@@ -49,6 +58,8 @@ BENCH_ENV = (
     TIMELINE_STEPS_ENV,
     TIMELINE_DIR_ENV,
 )
+
+N = TypeVar("N", int, float)
 
 load = trainer_config.load
 
@@ -177,14 +188,51 @@ def injected_failure_note(step: int) -> str:
     )
 
 
-def inject_failure_from_env() -> int | None:
-    raw = os.environ.get(INJECT_FAILURE_ENV, "").strip()
+def number_from_env(name: str, parse: Callable[[str], N], *, minimum: N, what: str, unset: str) -> N | None:
+    """The number in ``$name`` (None when unset or empty), at least ``minimum``; anything else raises a
+    ValueError naming the variable, what it must be, the value and the fix (``unset``: what unsetting does),
+    which a driver prints as one line before it starts (exit code 2)."""
+    raw = os.environ.get(name, "").strip()
     if not raw:
         return None
-    step = int(raw)
-    if step < 1:
-        raise ValueError(f"{INJECT_FAILURE_ENV} must be a step number >= 1 (got {raw!r})")
-    return step
+    try:
+        value = parse(raw)
+    except ValueError:
+        value = None
+    if value is None or not math.isfinite(value) or value < minimum:
+        raise ValueError(f"{name} must be {what}, got {raw!r}; fix it, or unset it {unset}")
+    return value
+
+
+def inject_failure_from_env() -> int | None:
+    return number_from_env(
+        INJECT_FAILURE_ENV, int, minimum=1, what="a step number >= 1", unset="to inject no failure"
+    )
+
+
+def stop_grace_from_env(default: float) -> float:
+    """``$TRAINOP_STOP_GRACE_S``: how long a driver waits for its workers' checkpoint after SIGTERM/SIGINT."""
+    grace = number_from_env(
+        STOP_GRACE_ENV,
+        float,
+        minimum=0.0,
+        what="a number of seconds >= 0",
+        unset=f"for the default, {default:g}",
+    )
+    return default if grace is None else grace
+
+
+def ray_report_min_interval_from_env() -> float:
+    """``$TRAINOP_RAY_REPORT_MIN_INTERVAL_S``: the floor on the time between two ``ray.train.report`` calls
+    (``step_schedule.ray_report_interval``); a driver checks it, and hands it to its workers."""
+    floor = number_from_env(
+        RAY_REPORT_MIN_INTERVAL_ENV,
+        float,
+        minimum=0.0,
+        what="a number of seconds >= 0",
+        unset=f"for the default, {DEFAULT_RAY_REPORT_MIN_INTERVAL_S:g}",
+    )
+    return DEFAULT_RAY_REPORT_MIN_INTERVAL_S if floor is None else floor
 
 
 def describe(config: trainer_config.TrainerConfig) -> str:

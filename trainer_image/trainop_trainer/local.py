@@ -11,7 +11,8 @@ Checkpoints go to ``<state_dir>/<name>/checkpoints/``, so running the same manif
 While it runs, a progress line is drawn from the status records rank 0 writes to
 ``<state_dir>/<name>/status.json``; a worker-group restart is announced. At the end the status is printed
 as the CR would carry it (YAML). SIGTERM or Ctrl-C asks the workers to checkpoint and stop; the process
-then ends 0.
+then ends 128 + the signal's number (130 for Ctrl+C), also when the workers have not stopped within
+``$TRAINOP_STOP_GRACE_S`` (default 60) and it stops without them: a stopped run is not a completed one.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from trainop_trainer import storage
 R = TypeVar("R", bound=manifest.Resource)
 
 DEFAULT_STATE_DIR = ".trainop"
-STOP_GRACE_S = 60.0
+DEFAULT_STOP_GRACE_S = 60.0  # $TRAINOP_STOP_GRACE_S: a checkpoint on a laptop may take longer than in a pod
 
 
 @dataclasses.dataclass(frozen=True)
@@ -284,9 +285,10 @@ def run_manifest(
     out: TextIO | None = None,
 ) -> int:
     """Run every TrainingJob in the manifest file locally; returns the process exit code (0 ok, 1 training
-    failed, 2 invalid manifest, 128 + the signal's number when Ctrl+C or SIGTERM stopped it after a
-    checkpoint: 130 for Ctrl+C). ``inject_failure_at_step`` (or $TRAINOP_INJECT_FAILURE_AT_STEP) kills one
-    worker once (``config.injected_failure_note`` says when)."""
+    failed, 2 invalid manifest or environment value, 128 + the signal's number when Ctrl+C or SIGTERM
+    stopped it, after a checkpoint or after $TRAINOP_STOP_GRACE_S without one: 130 for Ctrl+C).
+    ``inject_failure_at_step`` (or $TRAINOP_INJECT_FAILURE_AT_STEP) kills one worker once
+    (``config.injected_failure_note`` says when)."""
     out = out or sys.stdout
     return run_each(
         path,
@@ -307,8 +309,9 @@ def run_each(
     run_one: Callable[[R, int | None], int],
 ) -> int:
     """Load the manifest file and run each of its resources of ``kind`` with ``run_one(resource, inject)``
-    (the others are skipped, with a note); the worst exit code, 2 for an invalid file. Shared by the
-    TrainingJob and the TuningSweep local modes."""
+    (the others are skipped, with a note); the worst exit code, 2 for an invalid file or a bad
+    ``inject_failure_at_step`` or environment value (one line, before Ray starts). Shared by the TrainingJob
+    and the TuningSweep local modes."""
     try:
         resources = manifest.load_file(pathlib.Path(path))
     except manifest.ManifestError as exc:
@@ -318,8 +321,17 @@ def run_each(
     chosen = [r for r in resources if isinstance(r, kind)]
     if len(chosen) != len(resources):
         print(f"trainop: {mode} runs {kind.__name__}s; skipping the other kinds in the file", file=sys.stderr)
-    if inject_failure_at_step is None:
-        inject_failure_at_step = config_module.inject_failure_from_env()
+    try:
+        if inject_failure_at_step is None:
+            inject_failure_at_step = config_module.inject_failure_from_env()
+        elif inject_failure_at_step < 1:
+            raise ValueError(
+                f"--inject-failure-at-step must be a step number >= 1, got {inject_failure_at_step}"
+            )
+        config_module.ray_report_min_interval_from_env()  # every worker reads it: a bad value stops here
+    except ValueError as exc:
+        print(f"trainop: error: {exc}", file=sys.stderr)
+        return 2
     return max((run_one(resource, inject_failure_at_step) for resource in chosen), default=0)
 
 
@@ -336,6 +348,11 @@ def _run_job(
     from trainop_trainer import data_source, preempt, ray_train, user
     from trainop_trainer.logs import configure_logging
 
+    try:
+        grace_s = config_module.stop_grace_from_env(DEFAULT_STOP_GRACE_S)
+    except ValueError as exc:
+        print(f"trainop: error: {exc}", file=sys.stderr)
+        return 2
     name = job.metadata.name
     plan = plan_local(job.spec, workers=workers, cpu_count=os.cpu_count() or 1, gpu_count=_local_gpus())
     state = pathlib.Path(state_dir).resolve()
@@ -391,7 +408,7 @@ def _run_job(
         num_cpus=plan.logical_cpus, num_gpus=plan.num_gpus or None, log_to_driver=verbose, quiet=not verbose
     )
     preempt.reset()
-    preempt.install_driver_handler(paths.stop_file, grace_s=STOP_GRACE_S)
+    preempt.install_driver_handler(paths.stop_file, grace_s=grace_s, sigterm_is_clean=False)
     start_time = _now()
     progress = ProgressLine(paths.status_file, paths.events_file, out, since=start_time)
     progress.start()

@@ -82,9 +82,13 @@ def reset() -> None:
     _run_ended.clear()
 
 
-def install_driver_handler(stop_file: storage.RunDir, *, grace_s: float) -> None:
+def install_driver_handler(
+    stop_file: storage.RunDir, *, grace_s: float, sigterm_is_clean: bool = True
+) -> None:
     """On SIGTERM/SIGINT in a driver: ask the workers to checkpoint and stop (``stop_file``), and exit (0
-    for SIGTERM, 130 for SIGINT) after ``grace_s`` seconds if they have not finished by then. A second
+    for SIGTERM, 130 for SIGINT) after ``grace_s`` seconds if they have not finished by then; with
+    ``sigterm_is_clean=False`` (local mode: ``trainop run x.yaml && next-step`` must not go on after a
+    forced stop) that exit is 128 + the signal's number for SIGTERM too. A second
     SIGINT (Ctrl+C again) raises KeyboardInterrupt in the main thread: stop now, without that checkpoint.
     Once the run has returned, ``run_ended()`` turns the handler into a note on stderr.
     Call from the main thread, after ``ray.init`` (which installs its own SIGTERM handler);
@@ -114,7 +118,8 @@ def install_driver_handler(stop_file: storage.RunDir, *, grace_s: float) -> None
 
         def force_exit() -> None:
             os.write(2, f"trainop: workers did not stop within {grace_s:.0f}s; exiting\n".encode())
-            os._exit(0 if signum == signal.SIGTERM else 128 + signum)  # SIGTERM: a pod's end, not an error
+            # A pod driver's SIGTERM is its pod's end, not an error; anything else ends as the signal's code.
+            os._exit(0 if signum == signal.SIGTERM and sigterm_is_clean else 128 + signum)
 
         timer = threading.Timer(grace_s, force_exit)
         timer.daemon = True

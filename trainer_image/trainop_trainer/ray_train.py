@@ -29,8 +29,9 @@ Worker (``train_loop_per_worker``): read the launch settings, start the ``Runtim
 Environment for the workers (``RunConfig.worker_runtime_env``): the NCCL profile's variables when the profile
 is explicit (``auto`` is resolved on each node by the worker), niceness 0 (``RAY_worker_niceness``; Ray's
 default for its workers is 15: switches ``niceness``), ``PYTHONPATH``, ``TRAINOP_PID_DIR``,
-``TRAINOP_DATA_DIR`` and the benchmark knobs (``config.BENCH_ENV``) of the driver if set, so user packages,
-the preStop hook, spec.data and the GPU benchmark work the same way locally. Never the bucket credentials: a
+``TRAINOP_DATA_DIR``, ``TRAINOP_RAY_REPORT_MIN_INTERVAL_S`` and the benchmark knobs (``config.BENCH_ENV``) of
+the driver if set, so user packages, the preStop hook, spec.data, the report pace and the GPU benchmark work
+the same way locally and in worker pods. Never the bucket credentials: a
 runtime env is visible on Ray's dashboard; every Ray container has them from the Secret. Every Ray worker
 process of the job runs ``logs.ray_worker_setup`` (Ray's ``worker_process_setup_hook``).
 """
@@ -60,6 +61,7 @@ _FORWARDED_ENV = (
     RAY_NICENESS_ENV,
     config_module.PID_DIR_ENV,
     trainer_config.DATA_DIR_ENV,
+    config_module.RAY_REPORT_MIN_INTERVAL_ENV,
     *config_module.BENCH_ENV,
 )
 # Where Ray (2.60) says, on every start of a local Ray, that it turned token authentication on.

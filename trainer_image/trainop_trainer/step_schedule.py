@@ -18,20 +18,20 @@ from __future__ import annotations
 import dataclasses
 import enum
 import logging
-import os
 import threading
 import time
 from typing import Protocol
 
 from trainop.api import trainingjob
+from trainop_trainer import config as config_module
 from trainop_trainer import distributed, preempt, storage, switches
 
 log = logging.getLogger(__name__)
 
-# ray.train.report is a barrier and, in Ray 2.60, blocks while the controller (polling every 2 s) has not
-# consumed the previous report: so status and metrics follow spec.reporting, Ray reports at most this often.
-RAY_REPORT_MIN_INTERVAL_ENV = "TRAINOP_RAY_REPORT_MIN_INTERVAL_S"
-DEFAULT_RAY_REPORT_MIN_INTERVAL_S = 10.0
+# Ray reports at most this often (``ray.train.report`` is a barrier: config.py says why); the driver checks
+# the variable before it starts and forwards it to its workers (``ray_train._FORWARDED_ENV``).
+RAY_REPORT_MIN_INTERVAL_ENV = config_module.RAY_REPORT_MIN_INTERVAL_ENV
+DEFAULT_RAY_REPORT_MIN_INTERVAL_S = config_module.DEFAULT_RAY_REPORT_MIN_INTERVAL_S
 # How often rank 0 looks for the driver's stop file (a stat per step would cost more than the step on CPU).
 STOP_FILE_CHECK_INTERVAL_S = 1.0
 
@@ -73,8 +73,7 @@ NOTHING = Decision(stop=False, preempt=False, checkpoint=False, report=False)
 
 def ray_report_interval(spec: trainingjob.TrainingJobSpec) -> float:
     """Seconds between two ``ray.train.report`` calls: the report interval, at least the floor above."""
-    floor = float(os.environ.get(RAY_REPORT_MIN_INTERVAL_ENV, DEFAULT_RAY_REPORT_MIN_INTERVAL_S))
-    return max(spec.reporting.every_seconds, floor)
+    return max(spec.reporting.every_seconds, config_module.ray_report_min_interval_from_env())
 
 
 class StepSchedule:
