@@ -40,3 +40,31 @@ def test_a_stale_stop_request_does_not_stop_a_new_launch(tmp_path: pathlib.Path)
     assert "training completed at step 20 of 20" in out, out
     assert trainer_support.checkpoint_steps(config) == [10, 20]
     assert not stop_file.exists()
+
+
+def test_a_bad_injected_failure_step_is_one_line_and_exit_2(tmp_path: pathlib.Path) -> None:
+    """The launch reads $TRAINOP_INJECT_FAILURE_AT_STEP before any rank trains: a value that is not a step is
+    one sentence naming the variable, exit 2, no traceback and no checkpoint."""
+    config = trainer_support.mlp_config(tmp_path, "bad-inject", workers=1, max_steps=20, interval_steps=10)
+    env = {**trainer_support.subprocess_env(), config_module.INJECT_FAILURE_ENV: "abc"}
+    run = subprocess.run(
+        [
+            trainer_support.PYTHON,
+            "-m",
+            "trainop_trainer.launch",
+            "--config",
+            str(trainer_support.write_config(config, tmp_path / "trainer.json")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
+
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "Traceback" not in run.stderr, run.stderr
+    assert run.stderr.strip().splitlines()[-1] == (
+        "trainop: error: TRAINOP_INJECT_FAILURE_AT_STEP must be a step number >= 1, got 'abc'; fix it, or "
+        "unset it to inject no failure"
+    )
+    assert trainer_support.checkpoint_steps(config) == []

@@ -41,6 +41,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     config = trainer_config.load(args.config)
+    try:
+        inject = config_module.inject_failure_from_env()
+    except ValueError as exc:  # every rank says it and stops, before the process group forms
+        print(f"trainop: error: {exc}", file=sys.stderr)
+        return 2
     use_gpu = config.spec.workers.gpus_per_worker > 0 and torch.cuda.is_available()
     ctx = distributed.from_torchrun_env(use_gpu=use_gpu)
     configure_logging(rank=ctx.rank)
@@ -52,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     launch = config_module.LaunchSettings(
         config_json=config_module.dumps(config),
         launch_id=launch_id,
-        inject_failure_at_step=config_module.inject_failure_from_env(),
+        inject_failure_at_step=inject,
     )
     runtime = Runtime.start(config=config, ctx=ctx, launch=launch, report_fn=None)
     try:

@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = trainer_config.load_sweep(args.config)
         inject = config_module.inject_failure_from_env()
+        config_module.ray_report_min_interval_from_env()  # every trial's workers read it: checked here
         space.validate(config.spec)
     except FileNotFoundError as exc:
         print(
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         where = ".".join(str(p) for p in first["loc"])
         print(f"trainop: error: invalid sweep config at {where}: {first['msg']}", file=sys.stderr)
         return 2
-    except ValueError as exc:  # space.SearchSpaceError and a bad TRAINOP_INJECT_FAILURE_AT_STEP
+    except ValueError as exc:  # space.SearchSpaceError and a bad TRAINOP_* number (config.number_from_env)
         print(f"trainop: error: {exc}", file=sys.stderr)
         return 2
 
