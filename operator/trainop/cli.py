@@ -127,6 +127,17 @@ def _cmd_operator(args: argparse.Namespace) -> int:
     return controller_main.run(**options.run_kwargs(args))
 
 
+def _workers(text: str) -> int:
+    """``--workers``: a whole number of at least 1 (argparse reports the message as the usage error)."""
+    try:
+        workers = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--workers must be a whole number, not {text!r}") from None
+    if workers < 1:
+        raise argparse.ArgumentTypeError("--workers must be >= 1")
+    return workers
+
+
 def build_parser(prog: str = "trainop") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog, description="Distributed PyTorch training on Ray, as Kubernetes resources."
@@ -173,7 +184,7 @@ def build_parser(prog: str = "trainop") -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run a manifest locally on Ray (no cluster needed)")
     p.add_argument("file", metavar="FILE")
-    p.add_argument("--workers", type=int, default=None, help="override spec.workers.replicas")
+    p.add_argument("--workers", type=_workers, default=None, help="override spec.workers.replicas (>= 1)")
     p.add_argument(
         "--inject-failure-at-step",
         type=int,

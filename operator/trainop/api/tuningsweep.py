@@ -9,6 +9,7 @@ dotted paths into the template (``hyperparameters.learningRate``) or NCCL variab
 from __future__ import annotations
 
 import enum
+import typing
 from typing import Annotated, Any, Literal
 
 import pydantic
@@ -140,16 +141,30 @@ class Scheduler(base.ApiModel):
         return self
 
 
+def _in_a_fixed_section(key: str) -> str:
+    """CEL: ``key`` (a searchSpace key) names a field under FIXED_TEMPLATE_SECTIONS."""
+    return " || ".join(f"{key}.startsWith({cel.string(prefix)})" for prefix in FIXED_TEMPLATE_SECTIONS)
+
+
 def _not_a_template_field(key: str) -> str:
-    """CEL: ``key`` (a searchSpace key) names neither an NCCL variable nor a scalar field of the template."""
+    """CEL: ``key`` (a searchSpace key) names neither an NCCL variable, nor a field of a fixed section (its
+    own rule), nor a scalar field of the template."""
     paths = "[" + ", ".join(cel.string(path) for path in sorted(TEMPLATE_PARAMETER_PATHS)) + "]"
-    return f"!({key}.startsWith('nccl.') || {key} in {paths})"
+    return f"!({key}.startsWith('nccl.') || {_in_a_fixed_section(key)} || {key} in {paths})"
 
 
 def _spec_rules() -> list[cel.Rule]:
     """The CEL twins of TuningSweepSpec's validator (same sentences, values filled in)."""
     all_grid = "self.searchSpace.all(k, self.searchSpace[k].type == 'grid')"
     return [
+        cel.rule(
+            f"!self.searchSpace.exists(k, {_in_a_fixed_section('k')})",
+            PARAMETER_IN_A_FIXED_SECTION.replace("%s", "<key>"),
+            cel.format(
+                PARAMETER_IN_A_FIXED_SECTION,
+                f"self.searchSpace.filter(k, {_in_a_fixed_section('k')})[0]",
+            ),
+        ),
         cel.rule(
             f"!self.searchSpace.exists(k, {_not_a_template_field('k')})",
             "every searchSpace key must be a field of the template: use a dotted path such as "
@@ -174,6 +189,7 @@ def _spec_rules() -> list[cel.Rule]:
         ),
         cel.rule("!has(self.template.checkpoint.storage.s3)", SWEEP_KEEPS_CHECKPOINTS_ON_A_CLAIM),
         cel.rule("!has(self.template.data)", SWEEP_HAS_NO_DATA_SOURCE),
+        cel.rule("!has(self.template.workload.rayTrain)", SWEEP_HAS_NO_RAY_TRAIN_FUNCTION),
     ]
 
 
@@ -186,6 +202,12 @@ SWEEP_KEEPS_CHECKPOINTS_ON_A_CLAIM = (
 SWEEP_HAS_NO_DATA_SOURCE = (
     "template.data is not supported by TuningSweep yet: put the dataset on the sweep's claim and set "
     "template.workload.dataset.path to it (TrainingJob supports data)"
+)
+# Every trial runs the packaged trainer (space.spec_for_trial, trial.trainable): a built-in model or a user
+# entrypoint, never a Ray Train function of its own.
+SWEEP_HAS_NO_RAY_TRAIN_FUNCTION = (
+    "spec.template.workload.rayTrain is not supported by TuningSweep: its trials run the packaged trainer; "
+    "set workload.model or workload.entrypoint, or use a TrainingJob for a Ray Train function"
 )
 
 
@@ -238,6 +260,8 @@ class TuningSweepSpec(base.ApiModel):
     @pydantic.model_validator(mode="after")
     def _consistent(self) -> TuningSweepSpec:
         for name in self.search_space:
+            if name.startswith(FIXED_TEMPLATE_SECTIONS):
+                raise ValueError(PARAMETER_IN_A_FIXED_SECTION % name)
             if not name.startswith("nccl.") and name not in TEMPLATE_PARAMETER_PATHS:
                 raise ValueError(
                     f"searchSpace key {name!r} is not a field of the template: use a dotted path such as "
@@ -259,6 +283,8 @@ class TuningSweepSpec(base.ApiModel):
             raise ValueError(SWEEP_KEEPS_CHECKPOINTS_ON_A_CLAIM)
         if self.template.data is not None:
             raise ValueError(SWEEP_HAS_NO_DATA_SOURCE)
+        if self.template.workload.ray_train is not None:
+            raise ValueError(SWEEP_HAS_NO_RAY_TRAIN_FUNCTION)
         return self
 
     @property
@@ -281,13 +307,22 @@ IMMUTABLE_FIELDS: tuple[tuple[str, ...], ...] = (
 
 
 def _scalar_paths(model: type[pydantic.BaseModel], prefix: str = "") -> list[str]:
-    """Dotted camelCase paths of every field of ``model`` that is not itself a model (a sweep parameter)."""
+    """Dotted camelCase paths of every field of ``model`` that is not itself a model (a sweep parameter).
+    Fields of models in a list or a map have no such path (``spec_for_trial`` cannot write them): none."""
     paths: list[str] = []
     for name, info in model.model_fields.items():
         path = prefix + (info.alias or name)
+        if _models_in_a_container(info.annotation):
+            continue
         nested = _model_in(info.annotation)
         paths.extend([path] if nested is None else _scalar_paths(nested, path + "."))
     return paths
+
+
+def _models_in_a_container(annotation: Any) -> bool:
+    if typing.get_origin(annotation) in (list, dict, tuple, set, frozenset):
+        return any(_model_in(arg) is not None for arg in typing.get_args(annotation))
+    return any(_models_in_a_container(arg) for arg in getattr(annotation, "__args__", ()))
 
 
 def _model_in(annotation: Any) -> type[pydantic.BaseModel] | None:
@@ -300,8 +335,22 @@ def _model_in(annotation: Any) -> type[pydantic.BaseModel] | None:
     return None
 
 
-#: What a searchSpace key may name besides nccl.* variables: a scalar field of the template.
-TEMPLATE_PARAMETER_PATHS = frozenset(_scalar_paths(trainingjob.TrainingJobSpec))
+#: Template sections a trial cannot vary: the operator sizes the sweep's Ray worker pods and its claim from
+#: spec.template (every trial shares them), so a sampled value there would not reach them.
+FIXED_TEMPLATE_SECTIONS = ("workers.", "checkpoint.storage.")
+PARAMETER_IN_A_FIXED_SECTION = (
+    "spec.searchSpace.%s cannot vary between trials: every trial runs on the sweep's own worker pods and "
+    "claim, sized from spec.template.workers and spec.template.checkpoint.storage; set it in spec.template "
+    "instead"
+)
+
+#: What a searchSpace key may name besides nccl.* variables: a scalar field of the template, outside the
+#: fixed sections and outside lists.
+TEMPLATE_PARAMETER_PATHS = frozenset(
+    path
+    for path in _scalar_paths(trainingjob.TrainingJobSpec)
+    if not path.startswith(FIXED_TEMPLATE_SECTIONS)
+)
 
 
 def _with_rules(schema: dict[str, Any], rules: list[cel.Rule]) -> None:
@@ -336,6 +385,11 @@ class BestTrial(base.ApiModel):
     """The best value of the metric the trial reported (the lowest for mode min, the highest for max)."""
     checkpoint: str | None = None
     """The trial's newest checkpoint directory on the volume, as the Ray pods see it."""
+
+    def to_wire(self) -> dict[str, Any]:
+        """With ``checkpoint: null`` when there is none: the driver merge-patches the status, and a missing
+        key would keep the previous best trial's checkpoint."""
+        return {**super().to_wire(), "checkpoint": self.checkpoint}
 
 
 class TuningSweepStatus(operator_status.OperatorStatus):

@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     if result.reason:
         print(f"trainop: sweep {config.sweep_name} failed: {result.reason}", file=sys.stderr)
     else:
-        best = result.status.get("bestTrial", {})
+        best = result.status.get("bestTrial") or {}
         log.info(
             "sweep %s succeeded: best trial %s %s=%s",
             config.sweep_name,

@@ -26,8 +26,10 @@ count as early-stopped). More than ``maxFailedTrials`` failed trials end only th
 still running or waiting stay unfinished in the experiment, so the next attempt runs them
 (``monitor.SweepStopper`` says how).
 
-Outcome: ``failed`` when more than ``maxFailedTrials`` trials failed (the reason names the count, the
-limit and the first failure) or when no trial ever reported ``objective.metric``; else ``succeeded``.
+Outcome: ``failed`` when more than ``maxFailedTrials`` trials failed (the stopper's limit, the one the
+experiment was created with; the reason names the count, the limit and the first failure) or when no
+trial that did not fail reported ``objective.metric`` (the reason names the first trial error, if any);
+else ``succeeded``.
 """
 
 from __future__ import annotations
@@ -167,23 +169,39 @@ def run(
     else:
         tuner = _new_tuner(config, trainable, paths, status_interval_s)
     grid = tuner.fit()
-    return _result(spec, paths, grid, restored=restored)
+    # The budget the experiment ran under: a restored stopper keeps the limit it was created with.
+    max_failed_trials = monitor.pop_failure_budget(str(paths.experiment_dir), spec.max_failed_trials)
+    return _result(spec, paths, grid, restored=restored, max_failed_trials=max_failed_trials)
+
+
+def _read_json(path: Any) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def _result(
-    spec: tuningsweep.TuningSweepSpec, paths: layout.SweepPaths, grid: Any, *, restored: bool
+    spec: tuningsweep.TuningSweepSpec,
+    paths: layout.SweepPaths,
+    grid: Any,
+    *,
+    restored: bool,
+    max_failed_trials: int | None = None,
 ) -> SweepResult:
-    try:
-        status: dict[str, Any] = json.loads(paths.status_file.read_text())
-    except (OSError, ValueError):
-        status = {}
+    """The outcome from Tune's results and the books as last published (``status.json``, ``trials.json``).
+
+    ``max_failed_trials`` is the stopper's own limit (``spec.maxFailedTrials`` when it is not given)."""
+    status: dict[str, Any] = _read_json(paths.status_file) or {}
+    rows: list[dict[str, Any]] = (_read_json(paths.trials_file) or {}).get("trials") or []
+    limit = spec.max_failed_trials if max_failed_trials is None else max_failed_trials
     errors = [r for r in grid if r.error is not None]
     metric = spec.objective.metric
-    if len(errors) > spec.max_failed_trials:
+    if len(errors) > limit:
         first = errors[0]
         trial_id = first.path.rstrip("/").rsplit("/", 1)[-1] if first.path else "?"
         reason = (
-            f"{len(errors)} trials failed, more than spec.maxFailedTrials ({spec.max_failed_trials}); "
+            f"{len(errors)} trials failed, more than spec.maxFailedTrials ({limit}); "
             f"first failure: trial {trial_id}: {monitor.error_summary(str(first.error))}"
         )
         return SweepResult(outcome="failed", reason=reason, status=status, restored=restored)
@@ -197,10 +215,21 @@ def _result(
             "state (not fresh) to resume them from their checkpoints"
         )
         return SweepResult(outcome="interrupted", reason=reason, status=status, restored=restored)
-    if "bestTrial" not in status:
-        reason = (
-            f"no trial reported spec.objective.metric {metric!r}: check that the training reports it "
-            f"(the built-in trainer reports {', '.join(space.TRAINER_METRICS)})"
-        )
+    # Success needs a trial that did not fail and reported the objective (the book's best trial).
+    usable = [row for row in rows if row.get("state") != "failed" and row.get("best") is not None]
+    if not usable or not status.get("bestTrial"):
+        failed = [row for row in rows if row.get("state") == "failed"]
+        if failed:
+            first_failed = failed[0]
+            reason = (
+                f"no trial that did not fail reported spec.objective.metric {metric!r}; "
+                f"{len(failed)} trial(s) failed, first failure: trial {first_failed.get('id')}: "
+                f"{first_failed.get('error') or 'failed without an error message'}"
+            )
+        else:
+            reason = (
+                f"no trial reported spec.objective.metric {metric!r}: check that the training reports it "
+                f"(the built-in trainer reports {', '.join(space.TRAINER_METRICS)})"
+            )
         return SweepResult(outcome="failed", reason=reason, status=status, restored=restored)
     return SweepResult(outcome="succeeded", reason=None, status=status, restored=restored)

@@ -44,6 +44,14 @@ log = logging.getLogger(__name__)
 DEFAULT_MIN_INTERVAL_S = 5.0
 # The book of each running experiment (by experiment directory), for its stopper: see SweepStopper.
 _LIVE_BOOKS: dict[str, book_module.TrialBook] = {}
+# The failure budget each running experiment's stopper enforces (by experiment directory), for the
+# driver's outcome: a restored stopper keeps the limit it was created with, whatever the spec says now.
+_FAILURE_BUDGETS: dict[str, int] = {}
+
+
+def pop_failure_budget(key: str, default: int) -> int:
+    """The limit the stopper of the experiment ``key`` enforced (``default`` if it never ran)."""
+    return _FAILURE_BUDGETS.pop(key, default)
 
 
 # The line of a formatted exception: "pkg.module.SomeError: message".
@@ -231,7 +239,10 @@ class SweepMonitor(Callback):
             )
 
     def records(self) -> dict[str, Any]:
-        records: dict[str, Any] = {"trials": self.book.counts().to_wire()}
+        """``trials`` and ``bestTrial``, always both: the sinks merge records by key (the status file) and
+        by JSON merge patch (the CR), so a best trial that has failed since, or a checkpoint the new best
+        lacks, is cleared with a null rather than left behind."""
+        records: dict[str, Any] = {"trials": self.book.counts().to_wire(), "bestTrial": None}
         best = self.book.best()
         if best is not None and best.best_value is not None:
             records["bestTrial"] = tuningsweep.BestTrial(
@@ -297,6 +308,7 @@ class SweepStopper(Stopper):
         return False
 
     def stop_all(self) -> bool:
+        _FAILURE_BUDGETS[self.key] = self.max_failed_trials
         if self.goal_reached:
             return True
         book = _LIVE_BOOKS.get(self.key)
