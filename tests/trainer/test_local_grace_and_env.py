@@ -8,8 +8,18 @@
   (or ``--inject-failure-at-step 0``) is one line naming the variable and exit code 2, before Ray starts (it
   was a traceback, or a worker's error that burnt restarts).
 
-The children replace ``ray_train.ensure_ray``/``ray_train.run``: the driver's code around them is real, and
-Ray starting where it must not is an exit code of its own.
+Stand-ins (the drivers' own code around them is real: ``trainop.cli.main`` and
+``trainop_trainer.__main__.main`` as their commands run them, the real signal handler, timer and exit code):
+
+- the grace tests' children replace ``ray_train.ensure_ray`` (a no-op) and ``ray_train.run`` (prints ``fit
+  started``, then sleeps until the process ends): workers that never stop within the grace period. What
+  is tested is the driver's side (the stop request written, the timer, the exit code), which does not
+  depend on what the workers are; a real Ray run with an entrypoint that ignores the stop request would
+  cost a Ray start and a worker group per case (three, tens of seconds each on 2 cores) for nothing more.
+  The real run's checkpoint-and-stop on a signal is ``test_trainer_ray.py``'s (SIGTERM to the driver) and
+  ``test_local_interrupt.py``'s (Ctrl+C on `trainop run`).
+- the bad-value tests' children replace ``ray_train.ensure_ray`` with an exit of its own
+  (``RAY_WOULD_START``): Ray starting at all is the failure those tests look for.
 """
 
 from __future__ import annotations
@@ -28,10 +38,10 @@ from trainop.api import trainer_config
 MANIFEST = ROOT / "examples" / "cpu-mlp.yaml"
 RAY_WOULD_START = 99
 
-# `trainop run` with a training that never stops by itself: only the grace period's forced exit ends it.
+# `trainop run` (argv: trainop MANIFEST STATE_DIR) or the pod driver `python -m trainop_trainer` (argv:
+# trainer CONFIG) with a training that never stops by itself: only the grace period's forced exit ends it.
 STUCK_RUN_CHILD = """
 import sys, time
-from trainop import cli
 from trainop_trainer import ray_train
 
 def stuck_run(config, **kwargs):
@@ -41,7 +51,11 @@ def stuck_run(config, **kwargs):
 
 ray_train.ensure_ray = lambda **kwargs: None
 ray_train.run = stuck_run
-sys.exit(cli.main(["run", sys.argv[1], "--state-dir", sys.argv[2]]))
+if sys.argv[1] == "trainop":
+    from trainop import cli
+    sys.exit(cli.main(["run", sys.argv[2], "--state-dir", sys.argv[3]]))
+from trainop_trainer import __main__ as trainer_main
+sys.exit(trainer_main.main(["--config", sys.argv[2]]))
 """
 
 # `trainop run` / `python -m trainop_trainer` where starting Ray is a failure of the test.
@@ -59,15 +73,6 @@ if sys.argv[1] == "trainop":
     sys.exit(cli.main(sys.argv[2:]))
 from trainop_trainer import __main__ as trainer_main
 sys.exit(trainer_main.main(sys.argv[2:]))
-"""
-
-POD_DRIVER_CHILD = """
-import os, pathlib, signal, sys, time
-from trainop_trainer import preempt
-preempt.install_driver_handler(pathlib.Path(sys.argv[1]), grace_s=0.5)
-print("handler installed", flush=True)
-while True:  # workers that never stop
-    time.sleep(0.1)
 """
 
 
@@ -108,7 +113,7 @@ def test_trainop_run_waits_trainop_stop_grace_s_then_exits_128_plus_the_signal(
 ) -> None:
     state = tmp_path / "state"
     code, out, waited = _signal_when_ready(
-        [trainer_support.PYTHON, "-c", STUCK_RUN_CHILD, str(MANIFEST), str(state)],
+        [trainer_support.PYTHON, "-c", STUCK_RUN_CHILD, "trainop", str(MANIFEST), str(state)],
         "fit started",
         signum,
         env=trainer_support.subprocess_env(TRAINOP_STOP_GRACE_S="2"),
@@ -122,14 +127,18 @@ def test_trainop_run_waits_trainop_stop_grace_s_then_exits_128_plus_the_signal(
 def test_the_pod_driver_still_exits_0_when_its_workers_outlast_the_grace_after_sigterm(
     tmp_path: pathlib.Path,
 ) -> None:
+    config = trainer_support.mlp_config(tmp_path / "storage", "stuck")
+    config_file = tmp_path / "trainer.json"
+    config_file.write_text(trainer_config.dumps(config))
     code, out, _ = _signal_when_ready(
-        [trainer_support.PYTHON, "-c", POD_DRIVER_CHILD, str(tmp_path / "stop-requested")],
-        "handler installed",
+        [trainer_support.PYTHON, "-c", STUCK_RUN_CHILD, "trainer", str(config_file)],
+        "fit started",
         signal.SIGTERM,
-        env=trainer_support.subprocess_env(),
+        env=trainer_support.subprocess_env(TRAINOP_STOP_GRACE_S="2"),
     )
     assert code == 0, out  # the pod is going away: not an error (docs/trainer.md)
-    assert "trainop: workers did not stop within 0s; exiting" in out, out
+    assert "trainop: workers did not stop within 2s; exiting" in out, out  # TRAINOP_STOP_GRACE_S, read
+    assert (tmp_path / "storage" / "stuck" / "trainop" / "stop-requested").is_file()  # what workers would see
 
 
 def _no_ray(argv: list[str], **env: str) -> tuple[int, list[str]]:

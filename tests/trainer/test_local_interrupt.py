@@ -5,6 +5,13 @@ and nothing printed (``ray_train.fit_beside_driver_handler``).
 
 The unit tests run the signal handler in a child interpreter (pytest keeps its own SIGINT handler); the
 Ray test runs the CLI in a session of its own and signals its process group, as a terminal's Ctrl+C does.
+
+One stand-in: ``FIT_CHILD`` hands ``ray_train.fit_beside_driver_handler`` a ``Trainer`` of its own in place
+of Ray Train's TorchTrainer (the function calls nothing but ``fit()``), whose ``fit()`` sends the process a
+SIGINT, waits for the handler to see it, then returns or raises. It shows on which thread ``fit()`` ran and
+that an exception comes back to the caller's thread, which a real fit() could show only at the cost of a
+Ray start and a worker group, and could not make raise on demand. The real TorchTrainer under Ctrl+C is
+the last test's (``-m "ray and slow"``).
 """
 
 from __future__ import annotations
@@ -61,7 +68,7 @@ FIT_CHILD = """
 import os, pathlib, signal, sys, threading, time
 from trainop_trainer import preempt, ray_train
 
-class Trainer:
+class Trainer:  # a stand-in for Ray Train's TorchTrainer: only fit() is called (the module's docstring)
     def __init__(self, fail):
         self.fail = fail
     def fit(self):

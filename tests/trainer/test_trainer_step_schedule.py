@@ -1,7 +1,9 @@
 """The step schedule: which step every rank reports, checkpoints, stops or yields to a preemption at.
 
 Real ``ControlChannel`` exchanges: world size 1 in-process, and 2 processes over gloo (torch.multiprocessing)
-for the agreement between ranks. Nothing is mocked.
+for the agreement between ranks. Nothing is mocked; the time-based checkpoint test gives ``StepSchedule`` a
+clock it steps itself (its ``clock`` argument), where a real clock made the test depend on the machine's
+pauses.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import json
 import os
 import pathlib
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -40,13 +43,27 @@ def context(rank: int = 0, world_size: int = 1) -> distributed.WorkerContext:
     return ctx
 
 
-def schedule(tmp_path: pathlib.Path, job: trainingjob.TrainingJobSpec) -> step_schedule.StepSchedule:
+class SteppedClock:
+    """Rank 0's clock for the time-based tests: it moves only when the test moves it, so a process paused
+    between two polls changes nothing (a real 60 ms interval did)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def schedule(
+    tmp_path: pathlib.Path, job: trainingjob.TrainingJobSpec, clock: Callable[[], float] = time.monotonic
+) -> step_schedule.StepSchedule:
     return step_schedule.StepSchedule(
         spec=job,
         control=distributed.ControlChannel(context()),
         is_rank0=True,
         stop_file=tmp_path / "stop-requested",
         ray_report_interval_s=None,
+        clock=clock,
     )
 
 
@@ -68,12 +85,19 @@ def test_step_count_checkpoints_and_reports_happen_at_once(tmp_path: pathlib.Pat
 def test_a_time_based_checkpoint_is_agreed_one_step_after_rank_0s_clock_runs_out(
     tmp_path: pathlib.Path,
 ) -> None:
-    s = schedule(tmp_path, spec(intervalMinutes=0.001))  # 60 ms
-    assert not s.poll(1).checkpoint
-    time.sleep(0.1)
-    assert not s.poll(2).checkpoint  # asked at step 2 ...
+    clock = SteppedClock()
+    s = schedule(tmp_path, spec(intervalMinutes=1), clock)
+    clock.now += 59.5
+    assert not s.poll(1).checkpoint  # not yet a minute
+    clock.now += 0.5
+    assert not s.poll(2).checkpoint  # a minute: asked at step 2 ...
     assert s.poll(3).checkpoint  # ... agreed at step 3
-    assert not s.poll(4).checkpoint  # the clock restarted when it asked
+    clock.now += 59.5
+    assert not s.poll(4).checkpoint  # the clock restarted when it asked (at step 2)
+    assert not s.poll(5).checkpoint
+    clock.now += 0.5
+    s.poll(6)
+    assert s.poll(7).checkpoint  # a minute after step 2's ask
 
 
 def test_a_stop_file_stops_every_rank_with_a_checkpoint_and_a_report(tmp_path: pathlib.Path) -> None:

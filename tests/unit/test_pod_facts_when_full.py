@@ -80,7 +80,11 @@ def test_a_pod_waiting_for_nodes_is_one_fact_its_latest_message() -> None:
 def test_an_oom_after_a_long_wait_for_nodes_is_kept_and_classifies_the_failure() -> None:
     kept = _waited_for_nodes(pods=4, messages=40)
     kept = failures.remember(kept, failures.pod_facts(_oom_pod("mlp-a1-worker-3")))
-    assert len(kept) <= failures.MAX_FACTS
+    # 160 scheduler messages left one fact per pod, and the OOM is kept beside them.
+    assert [(f.reason, f.pod) for f in kept] == [
+        *((FailureReason.INFRA_ERROR, f"mlp-a1-worker-{p}") for p in range(4)),
+        (FailureReason.OOM_KILLED, "mlp-a1-worker-3"),
+    ]
     found = failures.classify_facts(kept, ended=ENDED)
     assert found is not None and found.reason == FailureReason.OOM_KILLED
 

@@ -20,6 +20,7 @@ import enum
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 from trainop.api import trainingjob
@@ -88,7 +89,10 @@ class StepSchedule:
         stop_file: storage.RunDir,
         ray_report_interval_s: float | None,
         requests: RequestSource | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        # ``clock``: rank 0's clocks read it (seconds, monotonic); a test steps a clock of its own.
+        self._clock = clock
         self._requests = requests
         self._checkpoint_steps = spec.checkpoint.interval_steps
         self._checkpoint_seconds = (
@@ -124,7 +128,7 @@ class StepSchedule:
 
     def reset_clocks(self) -> None:
         """Start the report and checkpoint clocks now (when the loop starts, after restoring)."""
-        now = time.monotonic()
+        now = self._clock()
         self._last_report = now
         self._last_ray_report = now
         self._last_checkpoint = now
@@ -134,7 +138,7 @@ class StepSchedule:
 
         Clock-based and signal-based flags posted at one step are acted on at the next poll (the exchange
         overlaps a whole step); step-count-based ones act at once."""
-        now = time.monotonic()
+        now = self._clock()
         stop_file = due_checkpoint = due_report = due_ray_report = False
         # Every rank exchanges at the same steps: every step, or those divisible by control_every.
         exchange = step % switches.control_every() == 0
