@@ -1,6 +1,8 @@
 """kube-apiserver restarted, then etcd restarted, in the middle of a churn: the operator (never restarted
 itself) reconnects its watches and its client, and every job still ends exactly as planned, with nothing
-duplicated or orphaned (the invariants of ``churn.verify``).
+duplicated or orphaned (the invariants of ``churn.verify``). KubeRay's part is played by the churn's
+watch-driven stand-in (``kuberay_async.KubeRayStandIn``, the only mock): it writes the RayJob statuses
+KubeRay would (Initializing, Running, then each attempt's planned outcome), across the restarts too.
 
 The restarts are real: the same binaries stopped (SIGTERM) and started again on the same ports and data
 (``ControlPlane.restart``), down for two seconds each, so the operator sees refused connections, broken

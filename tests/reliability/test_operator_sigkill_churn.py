@@ -1,7 +1,9 @@
 """The operator SIGKILLed at random moments while many jobs churn through their lives, restarted each
 time: nothing lost (every job ends exactly as its plan says: phase, attempt, restarts, failure history),
 nothing duplicated (every attempt's RayJob created once, one of each other child, one Event per restart),
-nothing orphaned (no child outlives its owner, bar the checkpoint claim, kept by design).
+nothing orphaned (no child outlives its owner, bar the checkpoint claim, kept by design). KubeRay's part
+is played by the churn's watch-driven stand-in (``kuberay_async.KubeRayStandIn``, the only mock): it writes
+the RayJob statuses KubeRay would (Initializing, Running, then each attempt's planned outcome).
 
 The plans and the kill intervals come from a seeded RNG (``TRAINOP_CHURN_SEED``); the scheduling of the
 processes does not, so two runs of one seed kill at different points of the same scenario -- which is the

@@ -1,6 +1,8 @@
 """No credential, token or secret value reaches a TrainingJob's status, an Event, the operator's log or its
 metrics -- with the operator at ``--verbose`` (its most talkative), through a job's whole life (running,
-a failure, a restart, success) and an invalid sweep.
+a failure, a restart, success) and an invalid sweep. KubeRay's part is played by its stand-in
+(``kuberay_standin.KubeRayStandIn``, the only mock): it writes the RayJob statuses KubeRay would (Running,
+Failed with a Ray message, Succeeded).
 
 Canaries planted where secrets live: the operator's own bearer token (a ServiceAccount token in its
 kubeconfig), secret-looking variables in its environment, a Secret in the job's namespace, and values

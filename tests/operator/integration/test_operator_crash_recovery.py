@@ -4,6 +4,8 @@ no duplicate children, no lost or double-counted failure, the same outcome as wi
 Kills between steps are plain SIGKILLs of the process; kills inside a reconcile (status written but
 not yet acted on) use failpoints (``trainop.controller.failpoints``): the operator SIGKILLs itself at a
 named point. Each test runs its own namespace-scoped operator (``dedicated_operator``).
+KubeRay's part is played by its stand-in (``kuberay_standin``, the tier's only mock): it writes the RayJob
+statuses KubeRay would (Running, Failed with Ray's message, Succeeded) at each step of the flow.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The operator process's own endpoints: kopf's liveness probe and the Prometheus metrics, with per-job
-series that appear with a job and disappear when it is deleted."""
+series that appear with a job and disappear when it is deleted. KubeRay's part is played by its stand-in
+(``kuberay_standin``, the tier's only mock): it writes the RayJob statuses KubeRay would (Running, Failed)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """The operator runs a whole job life (and a sweep's start) with exactly the permissions listed in
-``trainop.controller.rbac.OPERATOR_RULES`` -- the list the Helm chart's ClusterRole is written from."""
+``trainop.controller.rbac.OPERATOR_RULES`` -- the list the Helm chart's ClusterRole is written from.
+KubeRay's part is played by its stand-in (``kuberay_standin``, the tier's only mock): it writes the RayJob
+statuses KubeRay would (Running, Failed, Succeeded) as the admin, not as the operator."""
 
 from __future__ import annotations
 

@@ -40,7 +40,7 @@ def test_deleting_a_job_removes_its_children_but_keeps_the_checkpoint_claim(
 
 
 def test_a_job_created_again_under_the_same_name_adopts_the_kept_claim(
-    operator: Any, api: Api, apply: Any, kuberay: Any, namespace: str
+    operator: Any, api: Api, apply: Any, namespace: str
 ) -> None:
     apply(factories.manifest("mlp", namespace))
     wait_for(lambda: children(api, namespace), lambda c: all(c.values()), what="all children")

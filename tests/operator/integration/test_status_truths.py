@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,54 +38,101 @@ def condition(found: dict[str, Any], type_: str) -> dict[str, Any]:
     return {c["type"]: c for c in found.get("conditions") or []}.get(type_, {})
 
 
+JOBS_PATH = "/apis/trainop.dev/v1alpha1/namespaces/{namespace}/trainingjobs"
+RAY_JOBS_PATH = "/apis/ray.io/v1/namespaces/{namespace}/rayjobs"
+
+
+class _ListingApi(kube_async.AsyncApi):
+    """The async client, telling when a watch's initial listing of a path was answered: from then on its
+    watch misses nothing (it resumes from that listing's resourceVersion), even if it connects later."""
+
+    listed: dict[str, threading.Event]
+
+    async def request(self, method: str, path: str, body: Any = None, **kwargs: Any) -> dict[str, Any]:
+        answer = await super().request(method, path, body, **kwargs)
+        if method == "GET" and path in self.listed:
+            self.listed[path].set()
+        return answer
+
+
 class Recorder:
     """Every TrainingJob status and every RayJob creation in a namespace, from watches, on a thread."""
+
+    TIMEOUT_S = 10.0
 
     def __init__(self, plane: cluster.ControlPlane, namespace: str) -> None:
         self.plane = plane
         self.namespace = namespace
         self.named: list[str | None] = []  # status.children.rayJob of every TrainingJob event, in order
         self.created: set[str] = set()  # RayJobs that ever existed
+        self.paths = [JOBS_PATH.format(namespace=namespace), RAY_JOBS_PATH.format(namespace=namespace)]
+        self._listed = {path: threading.Event() for path in self.paths}
+        self._versions: set[tuple[str, str]] = set()  # (uid, resourceVersion) of every object seen
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
 
-    async def _run(self) -> None:
-        async with kube_async.AsyncApi.for_plane(self.plane) as api:
+    def _record(self, obj: dict[str, Any], record: Callable[[dict[str, Any]], None]) -> None:
+        with self._lock:
+            record(obj)
+            self._versions.add((obj["metadata"]["uid"], obj["metadata"]["resourceVersion"]))
 
-            async def follow(path: str, record: Any) -> None:
+    async def _run(self) -> None:
+        async with _ListingApi.for_plane(self.plane) as api:
+            api.listed = self._listed
+
+            async def follow(path: str, record: Callable[[dict[str, Any]], None]) -> None:
                 async for kind, obj in api.watch(path):
                     if kind != "DELETED":
-                        record(obj)
+                        self._record(obj, record)
 
+            jobs, ray_jobs = self.paths
             tasks = [
                 asyncio.create_task(
                     follow(
-                        f"/apis/trainop.dev/v1alpha1/namespaces/{self.namespace}/trainingjobs",
+                        jobs,
                         lambda o: self.named.append(
                             ((o.get("status") or {}).get("children") or {}).get("rayJob")
                         ),
                     )
                 ),
-                asyncio.create_task(
-                    follow(
-                        f"/apis/ray.io/v1/namespaces/{self.namespace}/rayjobs",
-                        lambda o: self.created.add(o["metadata"]["name"]),
-                    )
-                ),
+                asyncio.create_task(follow(ray_jobs, lambda o: self.created.add(o["metadata"]["name"]))),
             ]
             while not self._stop.is_set():
                 await asyncio.sleep(0.05)
             await kube_async.cancel(*tasks)
 
+    def _unseen(self, api: Api) -> list[str]:
+        """Objects whose current version (as the apiserver has it now) the watches have not delivered."""
+        current = [o for path in self.paths for o in api.list(path)]
+        with self._lock:
+            return [
+                f"{o['kind']} {o['metadata']['name']} at {o['metadata']['resourceVersion']}"
+                for o in current
+                if (o["metadata"]["uid"], o["metadata"]["resourceVersion"]) not in self._versions
+            ]
+
     def __enter__(self) -> Recorder:
         self._thread.start()
-        time.sleep(0.5)  # both watches open
+        deadline = time.monotonic() + self.TIMEOUT_S
+        for path, listed in self._listed.items():
+            if not listed.wait(timeout=max(0.0, deadline - time.monotonic())):
+                self._stop.set()
+                raise AssertionError(f"the recorder's watch of {path} never got its initial listing")
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        time.sleep(0.5)  # the last events arrive
-        self._stop.set()
-        self._thread.join(timeout=10)
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        try:
+            if exc_type is None:  # the last events arrive: the watches caught up with the apiserver
+                wait_for(
+                    lambda: self._unseen(Api(self.plane)),
+                    lambda unseen: not unseen,
+                    timeout_s=self.TIMEOUT_S,
+                    what="the recorder's watches to deliver every object's current version",
+                )
+        finally:
+            self._stop.set()
+            self._thread.join(timeout=10)
 
 
 def test_a_missing_existing_claim_starts_no_pods_and_its_creation_wakes_the_job_at_once(

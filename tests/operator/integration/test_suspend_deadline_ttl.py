@@ -1,4 +1,6 @@
-"""spec.suspend, activeDeadlineSeconds and ttlSecondsAfterFinished against the real apiserver."""
+"""spec.suspend, activeDeadlineSeconds and ttlSecondsAfterFinished against the real apiserver.
+KubeRay's part is played by its stand-in (``kuberay_standin``, the tier's only mock): it writes the RayJob
+statuses KubeRay would (Running, Succeeded)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """A TuningSweep is reconciled by the same code as a TrainingJob: its own children, RBAC on
 tuningsweeps/status only, one RayJob running the sweep driver sized for the concurrent trials, and the
-same restart semantics. The driver's status fields (trials, bestTrial) are never touched."""
+same restart semantics. The driver's status fields (trials, bestTrial) are never touched.
+KubeRay's part is played by its stand-in (``kuberay_standin``, the tier's only mock): it writes the RayJob
+statuses KubeRay would (Running, Failed, Succeeded) on the sweep's driver RayJobs."""
 
 from __future__ import annotations
 

@@ -67,10 +67,41 @@ def test_the_registry_has_exactly_the_agreed_metric_names_and_types() -> None:
     assert families() == EXPECTED_NAMES
 
 
-def test_the_operator_labels_are_kind_and_result_or_phase() -> None:
-    metrics.record_reconcile(kinds.TRAINING_JOB, ok=False, seconds=0.1)
-    assert value("trainop_operator_reconcile_total", kind="TrainingJob", result="error") is not None
-    assert value("trainop_operator_reconcile_total", kind="TuningSweep", result="success") is not None
+def reconcile_samples() -> dict[tuple[str, str], float]:
+    """Every reconcile counter and duration sample by (sample, kind[/result]); a missing one reads 0."""
+    out = {}
+    for kind in kinds.ALL:
+        for result in ("success", "error"):
+            out[("total", f"{kind.kind}/{result}")] = (
+                value("trainop_operator_reconcile_total", kind=kind.kind, result=result) or 0.0
+            )
+        for sample in ("count", "sum"):
+            out[(sample, kind.kind)] = (
+                value(f"trainop_operator_reconcile_duration_seconds_{sample}", kind=kind.kind) or 0.0
+            )
+    return out
+
+
+def changes(before: dict[tuple[str, str], float], after: dict[tuple[str, str], float]) -> dict[Any, float]:
+    return {key: after[key] - before[key] for key in after if after[key] != before[key]}
+
+
+def test_a_reconcile_counts_once_under_its_kind_and_result_and_observes_its_duration() -> None:
+    before = reconcile_samples()
+    metrics.record_reconcile(kinds.TRAINING_JOB, ok=False, seconds=0.25)
+    after_error = reconcile_samples()
+    assert changes(before, after_error) == {  # nothing else moved: success, the other kind
+        ("total", "TrainingJob/error"): 1,
+        ("count", "TrainingJob"): 1,
+        ("sum", "TrainingJob"): pytest.approx(0.25),
+    }
+
+    metrics.record_reconcile(kinds.TUNING_SWEEP, ok=True, seconds=0.5)
+    assert changes(after_error, reconcile_samples()) == {
+        ("total", "TuningSweep/success"): 1,
+        ("count", "TuningSweep"): 1,
+        ("sum", "TuningSweep"): pytest.approx(0.5),
+    }
 
 
 def test_a_job_gets_one_phase_series_and_is_counted_in_its_phase(owners: metrics.OwnerMetrics) -> None:
