@@ -8,7 +8,6 @@ its first step and stop. A real process (gloo, world size 1) on real files; noth
 from __future__ import annotations
 
 import pathlib
-import subprocess
 
 import trainer_support
 
@@ -21,19 +20,7 @@ def test_a_stale_stop_request_does_not_stop_a_new_launch(tmp_path: pathlib.Path)
     stop_file.parent.mkdir(parents=True)
     stop_file.write_text("signal 2 at 0\n")  # what preempt.install_driver_handler wrote on an earlier Ctrl+C
 
-    run = subprocess.run(
-        [
-            trainer_support.PYTHON,
-            "-m",
-            "trainop_trainer.launch",
-            "--config",
-            str(trainer_support.write_config(config, tmp_path / "trainer.json")),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=trainer_support.subprocess_env(),
-    )
+    run = trainer_support.launch_one(config, tmp_path / "trainer.json")
 
     out = run.stdout + run.stderr
     assert run.returncode == 0, out
@@ -46,19 +33,8 @@ def test_a_bad_injected_failure_step_is_one_line_and_exit_2(tmp_path: pathlib.Pa
     """The launch reads $TRAINOP_INJECT_FAILURE_AT_STEP before any rank trains: a value that is not a step is
     one sentence naming the variable, exit 2, no traceback and no checkpoint."""
     config = trainer_support.mlp_config(tmp_path, "bad-inject", workers=1, max_steps=20, interval_steps=10)
-    env = {**trainer_support.subprocess_env(), config_module.INJECT_FAILURE_ENV: "abc"}
-    run = subprocess.run(
-        [
-            trainer_support.PYTHON,
-            "-m",
-            "trainop_trainer.launch",
-            "--config",
-            str(trainer_support.write_config(config, tmp_path / "trainer.json")),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=env,
+    run = trainer_support.launch_one(
+        config, tmp_path / "trainer.json", **{config_module.INJECT_FAILURE_ENV: "abc"}
     )
 
     assert run.returncode == 2, run.stdout + run.stderr

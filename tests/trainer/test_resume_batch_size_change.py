@@ -12,7 +12,6 @@ import dataclasses
 import json
 import logging
 import pathlib
-import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -116,37 +115,13 @@ def test_the_trainer_resumes_after_the_same_samples_when_batch_size_per_worker_c
     next attempt, with 16, must go on from sample 80 (batch 5 of 16), so that its step 20 is 80 + 10 x 16
     = 240 samples into the epoch (2048 samples: no new epoch yet)."""
     first = trainer_support.mlp_config(tmp_path, "batch", workers=1, max_steps=10, batch_size=8)
-    run = subprocess.run(
-        [
-            trainer_support.PYTHON,
-            "-m",
-            "trainop_trainer.launch",
-            "--config",
-            str(trainer_support.write_config(first, tmp_path / "first.json")),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=trainer_support.subprocess_env(),
-    )
+    run = trainer_support.launch_one(first, tmp_path / "first.json")
     assert run.returncode == 0, run.stdout + run.stderr
     spec = first.spec.model_copy(deep=True)
     spec.hyperparameters.max_steps = 20
     spec.hyperparameters.batch_size_per_worker = 16
     second = first.model_copy(update={"spec": spec, "attempt": 2})
-    run = subprocess.run(
-        [
-            trainer_support.PYTHON,
-            "-m",
-            "trainop_trainer.launch",
-            "--config",
-            str(trainer_support.write_config(second, tmp_path / "second.json")),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=trainer_support.subprocess_env(),
-    )
+    run = trainer_support.launch_one(second, tmp_path / "second.json")
     assert run.returncode == 0, run.stdout + run.stderr
     assert "batchSizePerWorker changed 8 -> 16" in run.stdout + run.stderr
 

@@ -292,6 +292,20 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def launch_one(
+    config: trainer_config.TrainerConfig, config_path: pathlib.Path, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """``python -m trainop_trainer.launch --config`` as one process (world size 1, no Ray), ``env`` added to
+    its environment; its output captured."""
+    return subprocess.run(
+        [PYTHON, "-m", "trainop_trainer.launch", "--config", str(write_config(config, config_path))],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=subprocess_env(**env),
+    )
+
+
 @contextlib.contextmanager
 def world_of_one() -> Iterator[Any]:
     """A gloo process group of one rank in this process (the Checkpointer's DCP collectives need one);

@@ -7,6 +7,7 @@ import copy
 import datetime
 from typing import Any
 
+import operator_factories as factories
 import pytest
 
 from trainop.api.trainingjob import Phase
@@ -15,23 +16,7 @@ from trainop.controller import acceptance, state_machine
 NOW = datetime.datetime(2026, 3, 1, 12, 0, 0, tzinfo=datetime.UTC)
 
 # Valid for the CRD's schema, refused by the models: fp16 needs GPUs.
-INVALID_JOB: dict[str, Any] = {
-    "apiVersion": "trainop.dev/v1alpha1",
-    "kind": "TrainingJob",
-    "metadata": {
-        "name": "mlp",
-        "namespace": "team-a",
-        "generation": 1,
-        "uid": "0f0e0d0c-0000-4000-8000-000000000001",
-    },
-    "spec": {
-        "workload": {"model": "mlp", "dataset": {"kind": "synthetic", "numSamples": 256, "numClasses": 10}},
-        "hyperparameters": {"maxSteps": 50, "batchSizePerWorker": 8, "learningRate": 0.05},
-        "precision": "fp16",
-        "workers": {"replicas": 2, "gpusPerWorker": 0, "cpusPerWorker": 1, "memoryPerWorker": "2Gi"},
-        "checkpoint": {"intervalSteps": 10, "keepLast": 2, "storage": {"size": "1Gi"}},
-    },
-}
+INVALID_JOB: dict[str, Any] = factories.job(spec={"precision": "fp16"})
 
 
 def _decide(body: dict[str, Any], *, now: datetime.datetime = NOW) -> state_machine.Transition:

@@ -12,6 +12,7 @@ import pathlib
 import re
 from typing import Any
 
+import operator_factories as factories
 import pytest
 
 from trainop.api import experiment, trainer_config, trainingjob
@@ -19,22 +20,7 @@ from trainop.controller import acceptance, observe, state_machine
 
 NOW = datetime.datetime(2026, 3, 1, 12, 0, 0, tzinfo=datetime.UTC)
 
-JOB: dict[str, Any] = {
-    "apiVersion": "trainop.dev/v1alpha1",
-    "kind": "TrainingJob",
-    "metadata": {
-        "name": "mlp",
-        "namespace": "team-a",
-        "generation": 1,
-        "uid": "0f0e0d0c-0000-4000-8000-000000000001",
-    },
-    "spec": {
-        "workload": {"model": "mlp", "dataset": {"kind": "synthetic", "numSamples": 256, "numClasses": 10}},
-        "hyperparameters": {"maxSteps": 50, "batchSizePerWorker": 8, "learningRate": 0.05},
-        "workers": {"replicas": 2, "gpusPerWorker": 0, "cpusPerWorker": 1, "memoryPerWorker": "2Gi"},
-        "checkpoint": {"intervalSteps": 10, "keepLast": 2, "storage": {"size": "1Gi"}},
-    },
-}
+JOB: dict[str, Any] = factories.job()
 
 
 def _job(price: str | None) -> dict[str, Any]:
@@ -117,7 +103,7 @@ def test_a_malformed_annotation_still_falls_back_to_the_charts_price(monkeypatch
     assert trainer_config.pricing_for(_model("2.5")).price_per_gpu_hour == 2.5
 
 
-SCHEMA = pathlib.Path(__file__).resolve().parents[2] / "charts" / "trainop" / "values.schema.json"
+SCHEMA = pathlib.Path(__file__).resolve().parents[3] / "charts" / "trainop" / "values.schema.json"
 
 
 def test_the_charts_schema_refuses_a_price_that_is_not_a_number() -> None:
