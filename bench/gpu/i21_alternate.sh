@@ -25,7 +25,7 @@
 # processes (bench_hooks' A/B blocks; rank 0 logs each block's ms/step).
 # SPY=1: while each bare, launch or trainer run trains (GPU 0 busy for 3 s, then SPY_DELAY_S more, default 0),
 # every training process's threads are sampled: `top -H` (CPU per thread), its allowed CPUs, and py-spy
-# (carried in .whl/) for SPY_S seconds (default 5), every thread and then only the GIL's holder, non-blocking;
+# (carried in .whl/: build it with PY_SPY=1 bash bench/gpu/prepare_wheels.sh) for SPY_S seconds (default 5), every thread and then only the GIL's holder, non-blocking;
 # into the run's directory.
 # GPUS=2 on a 2-GPU machine; WORKLOAD=resnet50 for the eager pair; BUDGET_S (default 540).
 # CUDA_TESTS=1: first tests/trainer/test_trainer_cuda_window.py on this machine's GPUs (call_start.sh's
