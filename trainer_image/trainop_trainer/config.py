@@ -210,29 +210,23 @@ def inject_failure_from_env() -> int | None:
     )
 
 
+def seconds_from_env(name: str, default: float) -> float:
+    """``$name`` as seconds >= 0, ``default`` when unset (``number_from_env`` refuses anything else)."""
+    value = number_from_env(
+        name, float, minimum=0.0, what="a number of seconds >= 0", unset=f"for the default, {default:g}"
+    )
+    return default if value is None else value
+
+
 def stop_grace_from_env(default: float) -> float:
     """``$TRAINOP_STOP_GRACE_S``: how long a driver waits for its workers' checkpoint after SIGTERM/SIGINT."""
-    grace = number_from_env(
-        STOP_GRACE_ENV,
-        float,
-        minimum=0.0,
-        what="a number of seconds >= 0",
-        unset=f"for the default, {default:g}",
-    )
-    return default if grace is None else grace
+    return seconds_from_env(STOP_GRACE_ENV, default)
 
 
 def ray_report_min_interval_from_env() -> float:
     """``$TRAINOP_RAY_REPORT_MIN_INTERVAL_S``: the floor on the time between two ``ray.train.report`` calls
     (``step_schedule.ray_report_interval``); a driver checks it, and hands it to its workers."""
-    floor = number_from_env(
-        RAY_REPORT_MIN_INTERVAL_ENV,
-        float,
-        minimum=0.0,
-        what="a number of seconds >= 0",
-        unset=f"for the default, {DEFAULT_RAY_REPORT_MIN_INTERVAL_S:g}",
-    )
-    return DEFAULT_RAY_REPORT_MIN_INTERVAL_S if floor is None else floor
+    return seconds_from_env(RAY_REPORT_MIN_INTERVAL_ENV, DEFAULT_RAY_REPORT_MIN_INTERVAL_S)
 
 
 def describe(config: trainer_config.TrainerConfig) -> str:

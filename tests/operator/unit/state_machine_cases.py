@@ -91,6 +91,8 @@ def decide(
             worker_failures=worker_failures,
             progress=progress,
             pod_facts=pod_facts,
+            # As the reconciler reads it: from the stored spec, whatever the models say of it.
+            raw_ttl_seconds_after_finished=body["spec"].get("ttlSecondsAfterFinished"),
         ),
     )
 

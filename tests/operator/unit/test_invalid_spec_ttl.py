@@ -9,30 +9,20 @@ from typing import Any
 
 import operator_factories as factories
 import pytest
+import state_machine_cases as cases
 
 from trainop.api.trainingjob import Phase
 from trainop.controller import acceptance, state_machine
 
-NOW = datetime.datetime(2026, 3, 1, 12, 0, 0, tzinfo=datetime.UTC)
+NOW = cases.NOW
 
 # Valid for the CRD's schema, refused by the models: fp16 needs GPUs.
 INVALID_JOB: dict[str, Any] = factories.job(spec={"precision": "fp16"})
 
 
 def _decide(body: dict[str, Any], *, now: datetime.datetime = NOW) -> state_machine.Transition:
-    verdict = acceptance.evaluate(body)
-    assert verdict.resource is None  # never validated, nothing accepted
-    return state_machine.next_status(
-        verdict,
-        verdict.kind.operator_status.from_stored(body.get("status")),
-        state_machine.Observed(
-            now=now,
-            generation=body["metadata"].get("generation"),
-            ray_jobs={},
-            claim=None,
-            raw_ttl_seconds_after_finished=body["spec"].get("ttlSecondsAfterFinished"),
-        ),
-    )
+    assert acceptance.evaluate(body).resource is None  # never validated, nothing accepted
+    return cases.decide(body, now=now)
 
 
 def _job(ttl: object) -> dict[str, Any]:
