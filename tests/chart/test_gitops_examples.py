@@ -65,7 +65,24 @@ def test_sync_waves_put_the_operator_before_the_jobs_and_jobs_tolerate_missing_c
     assert jobs["spec"]["syncPolicy"]["automated"]["prune"] is False
     root = APPLICATIONS["root.yaml"]
     included = root["spec"]["source"]["directory"]["include"].strip("{}").split(",")
-    assert sorted(included) == ["trainingjobs.yaml", "trainop-operator.yaml"]
+    assert sorted(included) == ["team-namespaces.yaml", "trainingjobs.yaml", "trainop-operator.yaml"]
+
+
+def test_every_namespace_the_operator_serves_is_created_in_a_wave_before_the_operator() -> None:
+    """The chart writes a RoleBinding into each served namespace but creates none: a missing one fails."""
+    operator, namespaces = APPLICATIONS["trainop-operator.yaml"], APPLICATIONS["team-namespaces.yaml"]
+    assert _wave(namespaces) < _wave(operator)
+    served = operator["spec"]["source"]["helm"]["valuesObject"]["watchNamespaces"]
+    created = {
+        resource["metadata"]["name"]
+        for path in sorted((REPO_ROOT / namespaces["spec"]["source"]["path"]).glob("*.yaml"))
+        for resource in yaml.safe_load_all(path.read_text())
+        if resource["kind"] == "Namespace"
+    }
+    assert served and set(served) <= created, f"served {served}, created {sorted(created)}"
+    # Removing a file (or the Application) must not delete a namespace and every job in it.
+    assert namespaces["spec"]["syncPolicy"]["automated"]["prune"] is False
+    assert "resources-finalizer.argocd.argoproj.io" not in namespaces["metadata"].get("finalizers", [])
 
 
 def test_jobs_synced_by_argo_cd_are_valid_and_never_delete_themselves() -> None:
@@ -87,4 +104,16 @@ def test_jobs_synced_by_argo_cd_pass_the_apiservers_validation(
         result = control_plane.kubectl(
             "apply", "--dry-run=server", "-n", namespace, "-f", str(path), check=False
         )
+        assert result.returncode == 0, f"{path.name}: {result.stderr}"
+
+
+@pytest.mark.controlplane
+def test_namespaces_synced_by_argo_cd_pass_the_apiservers_validation(
+    control_plane: cluster.ControlPlane,
+) -> None:
+    app = APPLICATIONS["team-namespaces.yaml"]
+    files = sorted((REPO_ROOT / app["spec"]["source"]["path"]).glob("*.yaml"))
+    assert files
+    for path in files:
+        result = control_plane.kubectl("apply", "--dry-run=server", "-f", str(path), check=False)
         assert result.returncode == 0, f"{path.name}: {result.stderr}"
