@@ -10,7 +10,7 @@ import pydantic
 import pytest
 import yaml
 
-from trainop.api import tuningsweep
+from trainop.api import trainingjob, tuningsweep
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -50,23 +50,74 @@ def test_a_template_with_a_ray_train_function_is_refused_with_the_fix() -> None:
 
 @pytest.mark.parametrize(
     "path",
-    ["workers.replicas", "workers.tolerations.key", "workers.cpusPerWorker", "checkpoint.storage.size"],
+    [
+        "workers.replicas",
+        "workers.tolerations.key",
+        "workers.cpusPerWorker",
+        "checkpoint.storage.size",
+        # The pods' data mount and metrics ports (rayjob.pod_template reads the template).
+        "data.existingClaim",
+        "data.subPath",
+        "data.s3.credentialsSecret",
+        "reporting.metricsPort",
+        # The sweep's restarts (kinds.lifecycle), and its tracking run, whose child runs the trials are.
+        "failurePolicy.maxRestarts",
+        "failurePolicy.budgets.oomKilled",
+        "failurePolicy.backoffSeconds",
+        "tracking.mlflow.experiment",
+        "tracking.mlflow.trackingUriSecret.name",
+    ],
 )
 def test_parameters_the_trials_cannot_vary_are_refused_naming_the_key(path: str) -> None:
     space = {path: {"type": "choice", "values": [1, 2]}}
     assert refusal(body(search_space=space)) == (
-        f"spec.searchSpace.{path} cannot vary between trials: every trial runs on the sweep's own worker "
-        "pods and claim, sized from spec.template.workers and spec.template.checkpoint.storage; set it in "
-        "spec.template instead"
+        f"spec.searchSpace.{path} cannot vary between trials: every trial shares the sweep's Ray pods, "
+        "claim, restarts and tracking run, made once from spec.template; set it in spec.template instead"
     )
     assert path not in tuningsweep.TEMPLATE_PARAMETER_PATHS
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "hyperparameters.learningRate",
+        "workload.model",
+        "data.s3.prefix",
+        "failurePolicy.maxWorkerFailures",
+        "network.probeMegabytes",
+        "evaluation.everySteps",
+    ],
+)
+def test_parameters_a_trial_applies_itself_stay_allowed(path: str) -> None:
+    assert path in tuningsweep.TEMPLATE_PARAMETER_PATHS
+    assert not tuningsweep.is_fixed_for_trials(path)
+
+
+@pytest.mark.parametrize("path", ["image", "rayVersion", "suspend", "ttlSecondsAfterFinished"])
+def test_top_level_fields_are_no_parameter(path: str) -> None:
+    """The pods' image and Ray, the sweep's lifecycle: every trial shares them, and the key pattern refuses
+    a key without a dot."""
+    assert "String should match pattern" in refusal(
+        body(search_space={path: {"type": "choice", "values": [1]}})
+    )
+    assert path not in tuningsweep.TEMPLATE_PARAMETER_PATHS
+
+
+def test_every_fixed_field_is_a_field_of_the_template() -> None:
+    """A misspelt entry would refuse nothing and leave the real field open."""
+    paths = set(tuningsweep._scalar_paths(trainingjob.TrainingJobSpec))
+    assert set(tuningsweep.FIXED_TEMPLATE_FIELDS) <= paths
+    for prefix in tuningsweep.FIXED_TEMPLATE_SECTIONS:
+        assert any(path.startswith(prefix) for path in paths), prefix
 
 
 def test_no_parameter_path_reaches_into_a_list() -> None:
     assert not [p for p in tuningsweep.TEMPLATE_PARAMETER_PATHS if p.startswith("workers.")]
     assert "hyperparameters.learningRate" in tuningsweep.TEMPLATE_PARAMETER_PATHS
     rules = [r["rule"] for r in crd_rules()]
-    assert (
-        '!self.searchSpace.exists(k, k.startsWith("workers.") || k.startsWith("checkpoint.storage."))'
-        in rules
-    )
+    fixed = [r for r in rules if r.startswith('!self.searchSpace.exists(k, k.startsWith("workers.")')]
+    assert len(fixed) == 1, rules
+    for prefix in tuningsweep.FIXED_TEMPLATE_SECTIONS:
+        assert f'k.startsWith("{prefix}")' in fixed[0]
+    for field in tuningsweep.FIXED_TEMPLATE_FIELDS:
+        assert f'"{field}"' in fixed[0]

@@ -142,8 +142,10 @@ class Scheduler(base.ApiModel):
 
 
 def _in_a_fixed_section(key: str) -> str:
-    """CEL: ``key`` (a searchSpace key) names a field under FIXED_TEMPLATE_SECTIONS."""
-    return " || ".join(f"{key}.startsWith({cel.string(prefix)})" for prefix in FIXED_TEMPLATE_SECTIONS)
+    """CEL: ``key`` (a searchSpace key) names a field every trial shares (``is_fixed_for_trials``)."""
+    fields = "[" + ", ".join(cel.string(path) for path in FIXED_TEMPLATE_FIELDS) + "]"
+    prefixes = " || ".join(f"{key}.startsWith({cel.string(prefix)})" for prefix in FIXED_TEMPLATE_SECTIONS)
+    return f"{prefixes} || {key} in {fields}"
 
 
 def _not_a_template_field(key: str) -> str:
@@ -260,7 +262,7 @@ class TuningSweepSpec(base.ApiModel):
     @pydantic.model_validator(mode="after")
     def _consistent(self) -> TuningSweepSpec:
         for name in self.search_space:
-            if name.startswith(FIXED_TEMPLATE_SECTIONS):
+            if is_fixed_for_trials(name):
                 raise ValueError(PARAMETER_IN_A_FIXED_SECTION % name)
             if not name.startswith("nccl.") and name not in TEMPLATE_PARAMETER_PATHS:
                 raise ValueError(
@@ -335,21 +337,44 @@ def _model_in(annotation: Any) -> type[pydantic.BaseModel] | None:
     return None
 
 
-#: Template sections a trial cannot vary: the operator sizes the sweep's Ray worker pods and its claim from
-#: spec.template (every trial shares them), so a sampled value there would not reach them.
-FIXED_TEMPLATE_SECTIONS = ("workers.", "checkpoint.storage.")
+#: Template fields a trial cannot vary, because every trial shares what the operator or the sweep's driver
+#: makes from them once: the Ray pods (sized from workers.*, with the template's data mount, metrics ports
+#: and tracking secret), the checkpoint claim, the sweep's restart budget, and the sweep's tracking run
+#: (trials are its child runs). A sampled value there would not reach them. (Top-level fields, such as image
+#: or suspend, are no parameter at all: PARAMETER_NAME_PATTERN wants a dotted path.)
+FIXED_TEMPLATE_SECTIONS = (
+    "workers.",
+    "checkpoint.storage.",
+    "tracking.",
+    "failurePolicy.budgets.",
+)
+FIXED_TEMPLATE_FIELDS = (
+    "data.existingClaim",
+    "data.subPath",
+    "data.s3.credentialsSecret",
+    "reporting.metricsPort",
+    "failurePolicy.maxRestarts",
+    "failurePolicy.backoffSeconds",
+    "failurePolicy.maxBackoffSeconds",
+    "failurePolicy.stuckPodTimeoutSeconds",
+)
 PARAMETER_IN_A_FIXED_SECTION = (
-    "spec.searchSpace.%s cannot vary between trials: every trial runs on the sweep's own worker pods and "
-    "claim, sized from spec.template.workers and spec.template.checkpoint.storage; set it in spec.template "
-    "instead"
+    "spec.searchSpace.%s cannot vary between trials: every trial shares the sweep's Ray pods, claim, "
+    "restarts and tracking run, made once from spec.template; set it in spec.template instead"
 )
 
-#: What a searchSpace key may name besides nccl.* variables: a scalar field of the template, outside the
-#: fixed sections and outside lists.
+
+def is_fixed_for_trials(path: str) -> bool:
+    """Whether ``path`` (a searchSpace key) names a template field every trial shares."""
+    return path.startswith(FIXED_TEMPLATE_SECTIONS) or path in FIXED_TEMPLATE_FIELDS
+
+
+#: What a searchSpace key may name besides nccl.* variables: a scalar field of the template below its top
+#: level, outside the fixed sections and outside lists.
 TEMPLATE_PARAMETER_PATHS = frozenset(
     path
     for path in _scalar_paths(trainingjob.TrainingJobSpec)
-    if not path.startswith(FIXED_TEMPLATE_SECTIONS)
+    if "." in path and not is_fixed_for_trials(path)
 )
 
 
