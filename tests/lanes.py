@@ -4,11 +4,11 @@ One pytest process is single-threaded: the unit and chart tiers (about 1,200 tes
 2-core dev box) keep one core busy and leave the other idle, and the control-plane tier spends most of its
 time waiting on watches. So ``make test`` runs two *lanes* of the same suite side by side:
 
-- ``cluster``: ``-m "controlplane or ray or e2e"`` (control plane, node agent, Ray, e2e, monitoring), in
-  the foreground, printed as it runs;
-- ``unit``: ``-m "not controlplane and not ray and not e2e"`` (unit, chart), at a lower CPU priority
-  (``nice``; ``TRAINOP_LANE_NICE``, default 10) so the cluster lane's timing-sensitive scenarios keep the
-  cores when both want them.
+- ``cluster``: ``-m "controlplane or ray or e2e"`` (control plane, node agent, Ray, e2e), in the
+  foreground, printed as it runs;
+- ``unit``: ``-m "not controlplane and not ray and not e2e"`` (unit, chart, monitoring), at a lower CPU
+  priority (``nice``; ``TRAINOP_LANE_NICE``, default 10) so the cluster lane's timing-sensitive scenarios
+  keep the cores when both want them.
 
 Not three: the e2e tier in a lane of its own, beside the Ray tiers, was tried on 2026-11-29 (docs/
 reliability.md, "CI"): both cores stayed 100 % busy from the first minute and two e2e scenarios timed out
