@@ -14,8 +14,8 @@ run (section "e2e timelines") and, with ``E2E_TIMELINES=FILE``, appended to that
 the run ends with where the pods' CPU went (section "e2e container CPU": the node agent's per-container
 cgroup counters, by pod role and container, and by namespace, that is by scenario).
 
-A failed scenario gets the operator pod's log, the cluster's component logs (locally) and its Ray
-clusters' driver logs (read from the head pods) attached to its report.
+A failed scenario gets the operator pod's log, the cluster's component logs and the S3 server's (locally)
+and its Ray pods' logs (the head's driver log and the workers', ``kubectl logs``) attached to its report.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from e2e import cluster as cluster_module
 from tests.controlplane import assets
 from tests.nodeagent import container_cpu
 from tests.objectstore.server import S3Server
+from trainop.controller import rayjob
 
 _ENV = pytest.StashKey[scenario.Environment]()
 _TIMELINES = pytest.StashKey[list[tuple[str, str]]]()
@@ -158,11 +159,14 @@ def pytest_runtest_makereport(
             report.sections.append(("operator log", install.operator_log_tail(env.cluster, env.release)))
             if diagnostics := env.cluster.diagnostics():
                 report.sections.append(("cluster logs", diagnostics))
+            if env.object_store is not None:
+                store = env.object_store.process
+                report.sections.append((f"S3 server log ({store.log_path})", store.log_tail(num_lines=120)))
         if env is not None and run is not None:
             # Read when the script failed (its job is deleted after it), else now.
             saved = run.saved_driver_logs
             for name, text in (saved if saved is not None else driver_logs(env, run.namespace)).items():
-                report.sections.append((f"driver log {name}", text))
+                report.sections.append((f"pod log {name}", text))
         if run is not None:
             report.sections.append(("timeline so far", run.timeline.render()))
     return report
@@ -177,24 +181,20 @@ def save_driver_logs(run: scenario.Scenario) -> None:
 
 
 def driver_logs(env: scenario.Environment, namespace: str, num_lines: int = 60) -> dict[str, str]:
-    """The last lines of every Ray job driver log on the namespace's running head pods (``kubectl exec``)."""
+    """The last lines of the Ray pods' logs in the namespace, as a user reads them with ``kubectl logs``:
+    the head's ``trainer-log`` container (the job driver's log, rayjob.LOG_CONTAINER) and each worker's
+    ``ray-worker`` container (its raylet and the Ray workers' output). ``kubectl logs`` rather than
+    ``kubectl exec``: a stalled pod's logs are what explain a stall, and they need no process in it."""
     found: dict[str, str] = {}
-    heads = env.cluster.kubectl(
-        "get", "pods", "-n", namespace, "-l", "ray.io/node-type=head", "-o", "name", check=False
-    ).stdout.split()
-    for head in heads:
-        result = env.cluster.kubectl(
-            "exec",
-            "-n",
-            namespace,
-            head,
-            "--",
-            "sh",
-            "-c",
-            f"tail -n {num_lines} /tmp/ray/session_latest/logs/job-driver-*.log",
-            check=False,
-        )
-        found[head.removeprefix("pod/")] = result.stdout or result.stderr
+    for role, container in (("head", rayjob.LOG_CONTAINER), ("worker", rayjob.WORKER_CONTAINER)):
+        pods = env.cluster.kubectl(
+            "get", "pods", "-n", namespace, "-l", f"ray.io/node-type={role}", "-o", "name", check=False
+        ).stdout.split()
+        for pod in pods:
+            result = env.cluster.kubectl(
+                "logs", "-n", namespace, pod, "-c", container, f"--tail={num_lines}", check=False
+            )
+            found[f"{pod.removeprefix('pod/')} ({container})"] = result.stdout or result.stderr
     return found
 
 
