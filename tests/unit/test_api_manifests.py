@@ -139,6 +139,84 @@ def test_validate_is_as_strict_about_types_as_the_crd_schema(path: tuple[str, ..
     assert any(e.path.startswith("spec." + ".".join(path)) for e in refused.value.errors), refused.value
 
 
+def _example_text(**replacements: str) -> str:
+    """examples/cpu-mlp.yaml with whole lines replaced: {"learningRate": "learningRate: 3e-4"}."""
+    lines = (ROOT / "examples" / "cpu-mlp.yaml").read_text().splitlines()
+    for key, line in replacements.items():
+        (index,) = [i for i, text in enumerate(lines) if text.strip().startswith(key + ":")]
+        lines[index] = lines[index][: len(lines[index]) - len(lines[index].lstrip())] + line
+    return "\n".join(lines) + "\n"
+
+
+def test_a_number_with_an_exponent_and_no_point_is_a_number_as_kubectl_reads_it(
+    tmp_path: pathlib.Path,
+) -> None:
+    """PyYAML's YAML 1.1 rules read 3e-4 as a string; go-yaml (kubectl) reads a number."""
+    path = tmp_path / "job.yaml"
+    path.write_text(_example_text(learningRate="learningRate: 3e-4", maxSteps="maxSteps: 1e3"))
+    (job,) = manifest.load_file(path)
+    assert isinstance(job, trainingjob.TrainingJob)
+    assert job.spec.hyperparameters.learning_rate == 3e-4
+    assert job.spec.hyperparameters.max_steps == 1000  # a whole float goes out as an integer
+    assert manifest.load_yaml_documents(b"a: 1e6\nb: -2.5E-3\nc: '3e-4'\nd: e5\ne: 12\nf: .5") == [
+        {"a": 1e6, "b": -2.5e-3, "c": "3e-4", "d": "e5", "e": 12, "f": 0.5}
+    ]
+
+
+def test_a_quoted_number_is_refused_with_the_fix(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(_example_text(learningRate='learningRate: "3e-4"', maxSteps='maxSteps: "600"'))
+    with pytest.raises(manifest.ManifestError) as refused:
+        manifest.load_file(path)
+    said = {e.path: e.message for e in refused.value.errors}
+    assert said["spec.hyperparameters.learningRate"] == (
+        "must be a number, not the string '3e-4': write it without quotes"
+    )
+    assert said["spec.hyperparameters.maxSteps"] == (
+        "must be an integer, not the string '600': write it without quotes"
+    )
+
+
+def test_a_key_written_twice_is_refused_naming_it_and_both_lines(tmp_path: pathlib.Path) -> None:
+    """kubectl refuses such a file; PyYAML alone would keep the last value without a word."""
+    text = _example_text(learningRate="learningRate: 0.05\n    learningRate: 0.5")
+    first = text.splitlines().index("    learningRate: 0.05") + 1
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    with pytest.raises(manifest.ManifestError) as refused:
+        manifest.load_file(path)
+    assert str(refused.value) == (
+        f"{path}: not valid YAML: the key 'learningRate' is written twice in one mapping (lines {first} and "
+        f"{first + 1}): keep one of them, as kubectl refuses such a file"
+    )
+    # A merge key's values may be overridden: that is no duplicate.
+    assert manifest.load_yaml_documents(b"a: &x {b: 1}\nc:\n  <<: *x\n  b: 2\n") == [
+        {"a": {"b": 1}, "c": {"b": 2}}
+    ]
+
+
+def test_a_utf16_file_is_read_and_a_file_that_is_not_text_gets_a_sentence(tmp_path: pathlib.Path) -> None:
+    """PowerShell's ``>`` writes UTF-16 with a byte-order mark; a Latin-1 accent is not UTF-8."""
+    text = (ROOT / "examples" / "cpu-mlp.yaml").read_text()
+    utf16, latin1 = tmp_path / "utf16.yaml", tmp_path / "latin1.yaml"
+    utf16.write_bytes(text.encode("utf-16"))
+    latin1.write_bytes(("# caf\xe9\n" + text).encode("latin-1"))
+    assert [r.metadata.name for r in manifest.load_file(utf16)] == ["cpu-mlp"]
+    result = subprocess.run(
+        [sys.executable, "-m", "trainop", "validate", str(latin1), str(utf16)],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert f"{latin1}: not UTF-8 text (byte 5: invalid continuation byte): save the file as UTF-8" in (
+        result.stderr
+    )
+    assert (
+        f"{utf16}: TrainingJob/cpu-mlp is valid" in result.stdout + result.stderr
+    )  # the next file still checked
+
+
 @pytest.mark.parametrize("path", INVALID, ids=lambda p: p.name)
 def test_every_invalid_manifest_fails_with_a_message_naming_the_offending_field(path: pathlib.Path) -> None:
     with pytest.raises(manifest.ManifestError) as caught:

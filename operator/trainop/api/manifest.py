@@ -18,6 +18,12 @@ A manifest is read as the apiserver reads it, so that ``trainop validate`` is ne
   What the apiserver stores never holds a whole float (Go writes ``1``), so the operator reads it;
 - a ``null`` for a field the schema does not mark nullable is dropped before defaults apply, as the
   apiserver prunes it (``intervalMinutes: null`` means the default, not "no interval").
+
+The YAML itself is read as kubectl's YAML library (go-yaml) reads it (``KubectlYamlLoader``): ``3e-4`` and
+``1e6`` are numbers (PyYAML's YAML 1.1 rules would make them strings, and ``learningRate: 3e-4`` would be
+refused where kubectl admits it); a key written twice in one mapping is refused, naming both lines, as
+kubectl refuses it (PyYAML would keep the last value silently); a file in UTF-16 (with its byte-order mark)
+is read, and one that is not text says so in a sentence.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import difflib
 import functools
 import json
 import pathlib
+import re
 from typing import Any
 
 import pydantic
@@ -99,6 +106,14 @@ class ManifestError(ValueError):
 PATTERN_HINTS = hints.PATTERN_HINTS
 
 
+def _reads_as_a_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _message(error: Any, *, suggestion: str | None = None) -> str:
     msg = str(error["msg"])
     kind = error["type"]
@@ -119,6 +134,9 @@ def _message(error: Any, *, suggestion: str | None = None) -> str:
     value = error.get("input")
     if kind == "int_type" and isinstance(value, float) and value.is_integer():
         return cel.INTEGER_WITHOUT_DECIMAL_POINT.format(whole=int(value), written=value)
+    if kind in ("int_type", "float_type") and isinstance(value, str) and _reads_as_a_number(value):
+        what = "an integer" if kind == "int_type" else "a number"
+        return f"must be {what}, not the string {value!r}: write it without quotes"
     if msg.startswith("Input should be "):
         msg = "must be " + msg[len("Input should be ") :]
     elif msg.startswith("String should have "):
@@ -216,18 +234,63 @@ def as_kubectl_sends(value: Any) -> Any:
     return value
 
 
+class DuplicateKeyError(yaml.YAMLError):
+    """A key written twice in one mapping of a manifest."""
+
+
+class KubectlYamlLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading scalars and mappings as go-yaml (kubectl) does where they differ in a
+    way a manifest meets: a float needs no decimal point (``3e-4``, ``1e6``: go-yaml's float rule), and a
+    key may appear once per mapping."""
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            first_line: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # ``<<:`` merges may be overridden
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                if not isinstance(key, (str, int, float, bool)):
+                    continue
+                line = key_node.start_mark.line + 1
+                if key in first_line:
+                    raise DuplicateKeyError(
+                        f"the key {key!r} is written twice in one mapping (lines {first_line[key]} and "
+                        f"{line}): keep one of them, as kubectl refuses such a file"
+                    )
+                first_line[key] = line
+        return super().construct_mapping(node, deep=deep)  # type: ignore[arg-type]
+
+
+KubectlYamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$"),
+    list("-+0123456789."),
+)
+
+
+def load_yaml_documents(data: bytes) -> list[Any]:
+    """The non-empty documents of a YAML (or JSON) file's bytes, read as kubectl reads them."""
+    return [d for d in yaml.load_all(data, Loader=KubectlYamlLoader) if d is not None]
+
+
 def load_file(path: str | pathlib.Path) -> list[Resource]:
     """Every trainop resource in a YAML file (``---``-separated documents; empty ones are skipped), read
-    as ``kubectl apply -f`` sends it (``as_kubectl_sends``)."""
+    as ``kubectl apply -f`` sends it (``KubectlYamlLoader``, ``as_kubectl_sends``)."""
     path = pathlib.Path(path)
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as exc:
         raise ManifestError(
             [FieldError("", f"cannot read the file: {exc.strerror}")], source=str(path)
         ) from None
     try:
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+        documents = load_yaml_documents(data)
+    except yaml.reader.ReaderError as exc:
+        raise ManifestError(
+            [FieldError("", f"not UTF-8 text (byte {exc.position}: {exc.reason}): save the file as UTF-8")],
+            source=str(path),
+        ) from None
     except yaml.YAMLError as exc:
         raise ManifestError([FieldError("", f"not valid YAML: {exc}")], source=str(path)) from None
     if not documents:
