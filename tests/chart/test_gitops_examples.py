@@ -85,6 +85,14 @@ def test_every_namespace_the_operator_serves_is_created_in_a_wave_before_the_ope
     assert "resources-finalizer.argocd.argoproj.io" not in namespaces["metadata"].get("finalizers", [])
 
 
+@pytest.mark.parametrize("name", sorted(APPLICATIONS))
+def test_no_application_deletes_what_it_synced_when_it_is_deleted(name: str) -> None:
+    """root.yaml prunes Applications: with Argo CD's resources finalizer, removing one from Git would delete
+    its CRDs (and so every job), its jobs, or its namespaces."""
+    app = APPLICATIONS[name]
+    assert "resources-finalizer.argocd.argoproj.io" not in app["metadata"].get("finalizers", [])
+
+
 def test_jobs_synced_by_argo_cd_are_valid_and_never_delete_themselves() -> None:
     files = _job_files()
     assert files

@@ -1,10 +1,10 @@
 """``helm upgrade`` of the operator leaves running jobs untouched (README's day-2 table, docs/install.md).
 
 The upgrade as docs/install.md prescribes it, with the real helm against a real apiserver: the CRDs
-server-side applied first, then ``helm upgrade --reuse-values`` (with a changed value, so the release
-really changes), and the operator process replaced as the Deployment's ``Recreate`` strategy replaces its
-pod: the old one stops, a new one starts. Both run with only the chart ServiceAccount's in-cluster
-credentials (``pod_identity``), under the chart's RBAC and admission policy.
+server-side applied first, then ``helm upgrade --reset-then-reuse-values`` (with a changed value, so the
+release really changes), and the operator process replaced as the Deployment's ``Recreate`` strategy
+replaces its pod: the old one stops, a new one starts. Both run with only the chart ServiceAccount's
+in-cluster credentials (``pod_identity``), under the chart's RBAC and admission policy.
 
 Stand-in (declared): KubeRay's controller, as everywhere in this tier (``KubeRayStandIn`` marks the
 RayJob Running). "Untouched" is checked on what a user would see: the job stays Running in attempt 1
@@ -93,7 +93,14 @@ def test_a_running_job_is_untouched_by_a_helm_upgrade_that_replaces_the_operator
 
     plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CHART / "crds"))
     plane.helm(
-        "upgrade", release, str(CHART), "-n", release_ns, "--reuse-values", "--set", "operator.workers=8"
+        "upgrade",
+        release,
+        str(CHART),
+        "-n",
+        release_ns,
+        "--reset-then-reuse-values",
+        "--set",
+        "operator.workers=8",
     )
     revision = plane.helm("history", release, "-n", release_ns, "-o", "json").stdout
     assert '"revision":2' in revision.replace(" ", ""), revision
