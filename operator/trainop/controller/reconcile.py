@@ -408,7 +408,7 @@ class Reconciler:
         except kube.ApiError as error:
             if kube.namespace_terminating(error):
                 raise
-            if error.status in (403, 404, 422):  # quota, admission, no KubeRay: a user can act
+            if _refused(error):  # quota, admission, no KubeRay: a user can act
                 errors[kind] = _create_problem(manifest, error)
             raise
         if kind == "ConfigMap":
@@ -466,6 +466,14 @@ def _trainer_record(raw_status: Mapping[str, Any], field: str, model: type[Recor
         return model.model_validate(reported)
     except pydantic.ValidationError:
         return None
+
+
+def _refused(error: kube.ApiError) -> bool:
+    """A refusal the status should carry: any 4xx but a conflict (409: the object exists or moved on, the
+    next reconcile reads it) and throttling (429: retried). Admission says no with 403 (quota, RBAC,
+    policies), 422 (invalid), 413 or 401 (a ValidatingAdmissionPolicy's reason), and 400 (a webhook that
+    names no code); 404 is an API that is not served (no KubeRay)."""
+    return 400 <= error.status < 500 and error.status not in (409, 429)
 
 
 def _create_problem(manifest: Mapping[str, Any], error: kube.ApiError) -> observe.Problem:
