@@ -138,6 +138,7 @@ class PodRecord:
     name: str
     problems: tuple[observe.Problem, ...]
     facts: tuple[failures.PodFact, ...]  # what would explain a failure of its attempt
+    life: observe.PodLife  # whether its processes may still run, and until when
 
 
 def index_pod(body: Mapping[str, Any]) -> dict[Any, PodRecord] | None:
@@ -145,7 +146,12 @@ def index_pod(body: Mapping[str, Any]) -> dict[Any, PodRecord] | None:
     attempt = (body["metadata"].get("labels") or {}).get(kinds.LABEL_ATTEMPT)
     if key is None or attempt is None:
         return None
-    record = PodRecord(str(body["metadata"]["name"]), observe.pod_problems([body]), failures.pod_facts(body))
+    record = PodRecord(
+        str(body["metadata"]["name"]),
+        observe.pod_problems([body]),
+        failures.pod_facts(body),
+        observe.pod_life(body),
+    )
     return {(*key, str(attempt)): record}
 
 
@@ -230,6 +236,13 @@ class Cache:
     ) -> tuple[failures.PodFact, ...]:
         pods: list[PodRecord] = self._get(PODS, (namespace, kind.kind, owner, str(attempt)))
         return tuple(fact for pod in sorted(pods, key=lambda p: p.name) for fact in pod.facts)
+
+    def pod_lives(
+        self, namespace: str, kind: kinds.Kind, owner: str, attempt: int
+    ) -> tuple[observe.PodLife, ...]:
+        """The attempt's Ray pods whose processes may still run (``observe.PodLife``), by name."""
+        pods: list[PodRecord] = self._get(PODS, (namespace, kind.kind, owner, str(attempt)))
+        return tuple(sorted((pod.life for pod in pods if not pod.life.ended), key=lambda life: life.name))
 
     def owners_of_claim(self, namespace: str, claim: str) -> list[tuple[str, str]]:
         """(kind, name) of every owner that creates or names this claim."""

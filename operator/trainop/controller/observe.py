@@ -186,6 +186,31 @@ def claim(name: str, obj: Mapping[str, Any] | None) -> ClaimObservation:
     )
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class PodLife:
+    """Whether a pod's processes may still run: not once it Succeeded or Failed, and, once it is being
+    deleted, not after its deletion deadline (``deletionTimestamp``: the request's time plus the grace
+    period, when the kubelet kills what is left; a pod of a lost node stays Terminating past it, with
+    nothing running)."""
+
+    name: str
+    ended: bool
+    deletion_due: datetime.datetime | None = None
+
+    def may_run(self, now: datetime.datetime) -> bool:
+        return not self.ended and (self.deletion_due is None or now < self.deletion_due)
+
+
+def pod_life(pod: Mapping[str, Any]) -> PodLife:
+    meta = pod["metadata"]
+    phase = (pod.get("status") or {}).get("phase")
+    return PodLife(
+        str(meta["name"]),
+        ended=phase in ("Succeeded", "Failed"),
+        deletion_due=parse_time(meta.get("deletionTimestamp")),
+    )
+
+
 def pod_problems(pods: Iterable[Mapping[str, Any]]) -> tuple[Problem, ...]:
     """Stuck containers and unschedulable pods among the Ray pods of one attempt, sorted by pod name."""
     problems: list[Problem] = []

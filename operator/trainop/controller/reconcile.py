@@ -286,6 +286,11 @@ class Reconciler:
             create_errors=dict(self._create_errors.get(key, {})),
             foreign_ray_jobs=frozenset(r.seen.name for r in ray_jobs if owner_uid not in r.seen.owner_uids),
             leftovers=tuple(leftovers),
+            attempt_pods={
+                earlier: lives
+                for earlier in (attempt - 1, attempt)
+                if earlier > 0 and (lives := self._cache.pod_lives(key.namespace, kind, key.name, earlier))
+            },
             storage_check=_storage_check(raw_status),
             worker_failures=_trainer_record(raw_status, "workerFailures", trainingjob.WorkerFailures),
             progress=_trainer_record(raw_status, "progress", trainingjob.Progress),

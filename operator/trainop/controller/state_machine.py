@@ -93,6 +93,10 @@ class Observed:
     foreign_ray_jobs: frozenset[str] = frozenset()
     # Server-side applied children under this owner's names seen being deleted ("Role mlp-trainer").
     leftovers: tuple[str, ...] = ()
+    # The Ray pods of the stored attempt and the one before it that may still run, by attempt: a new attempt
+    # waits until no pod of an earlier one may run, whose workers may still be writing the checkpoint it
+    # resumes from (the preStop hook's, within the pods' grace period).
+    attempt_pods: Mapping[int, tuple[observe.PodLife, ...]] = dataclasses.field(default_factory=dict)
     # The trainer driver's start-up check of the checkpoint storage (status.storage), read only: with
     # checkpoint.storage.s3 it is what StorageReady says (``conditions.object_storage``).
     storage_check: trainingjob.StorageStatus | None = None
@@ -283,7 +287,7 @@ class _Evaluation:
         was_running = self.current.phase == Phase.RUNNING
         match state:
             case observe.AttemptState.ABSENT:
-                blocker = self._ray_job_blocker(resource, name)
+                blocker = self._ray_job_blocker(resource, name, attempt)
                 if blocker is not None:
                     reason, awaited = blocker
                     self._enter(
@@ -626,7 +630,9 @@ class _Evaluation:
     def _creates_claim(resource: manifest.Resource) -> bool:
         return not kinds.training_spec(resource).checkpoint.storage.existing_claim
 
-    def _ray_job_blocker(self, resource: manifest.Resource, name: str) -> tuple[str, str] | None:
+    def _ray_job_blocker(
+        self, resource: manifest.Resource, name: str, attempt: int
+    ) -> tuple[str, str] | None:
         """(reason, what is awaited) while the attempt's RayJob must not be created yet; None when it may."""
         claim = self.observed.claim
         if claim is not None:
@@ -644,6 +650,19 @@ class _Evaluation:
         if self.observed.leftovers:
             gone = ", ".join(self.observed.leftovers)
             return "WaitingForDeletion", f"{gone} of a deleted {kind} of the same name to be deleted"
+        for earlier, lives in sorted(self.observed.attempt_pods.items()):
+            running = [life for life in lives if earlier < attempt and life.may_run(self.now)]
+            if running:
+                # Pod events wake the owner as they go; a lost node's pod sends none: wake at its deadline.
+                dues = [life.deletion_due for life in running if life.deletion_due is not None]
+                if dues:
+                    self.requeues.append(max((min(dues) - self.now).total_seconds(), 0.0) + 1.0)
+                more = f" and {len(running) - 1} more" if len(running) > 1 else ""
+                return (
+                    "WaitingForPreviousAttempt",
+                    f"the Ray pods of attempt {earlier} to stop ({running[0].name}{more}; they may still be "
+                    "writing the checkpoint this attempt resumes from)",
+                )
         return None
 
     def _adopts_claim(self) -> bool:

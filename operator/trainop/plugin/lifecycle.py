@@ -5,11 +5,12 @@ acts on (it owns the RayJob; the plugin never touches it).
   checkpoints stay; the phase becomes Suspended.
 - ``resume``: ``spec.suspend: false``. The operator starts a new attempt, which resumes from the newest
   checkpoint (not counted as a restart).
-- ``restart``: suspend, wait until the operator reports Suspended and the Ray pods are gone, resume: a new
-  attempt from the newest checkpoint, now. ``--from-step S`` also sets the checkpoints after S aside in
-  between (``checkpoints.set_aside``; they are renamed, not deleted), so the new attempt resumes from the
-  newest checkpoint at or before S. A finished job (Succeeded, Failed) has no attempt to restart: the
-  verb says how to run it again instead.
+- ``restart``: suspend, wait until the operator reports Suspended, resume: a new attempt from the newest
+  checkpoint (the operator creates it once the old attempt's Ray pods have stopped, whose preStop hook may
+  still be writing that checkpoint). ``--from-step S`` also waits for those pods to be gone here and sets
+  the checkpoints after S aside in between (``checkpoints.set_aside``; they are renamed, not deleted), so
+  the new attempt resumes from the newest checkpoint at or before S. A finished job (Succeeded, Failed)
+  has no attempt to restart: the verb says how to run it again instead.
 
 Waiting polls the object (and the pods) with ``kubectl get``; ``timeout_s`` bounds each wait.
 """

@@ -74,6 +74,58 @@ def test_suspend_stops_the_rayjob_keeps_claim_and_progress_and_resume_starts_a_n
     assert wait_phase(api, namespace, "Succeeded")["restarts"] == 0
 
 
+def test_resume_waits_for_the_previous_attempts_pods_which_may_still_be_writing_their_checkpoint(
+    operator: Any, api: Api, apply: Any, kuberay: Any, namespace: str
+) -> None:
+    """A Ray worker pod of attempt 1 still Terminating (its preStop hook checkpointing; here held by a
+    finalizer, as no kubelet runs) holds attempt 2's RayJob back; once it is gone attempt 2 starts. The pod
+    is made by the test: the stand-in KubeRay makes none."""
+    apply(factories.manifest("mlp", namespace))
+    wait_for(lambda: ray_jobs(api, namespace), lambda names: names == ["mlp-a1"], what="RayJob a1")
+    kuberay.run(namespace, "mlp-a1")
+    wait_phase(api, namespace, "Running")
+    pod = api.create(
+        api.core(namespace, "pods"),
+        {
+            "metadata": {
+                "name": "mlp-a1-workers-worker-x",
+                "labels": {
+                    "app.kubernetes.io/managed-by": "trainop",
+                    "trainop.dev/job": "mlp",
+                    "trainop.dev/attempt": "1",
+                    "ray.io/node-type": "worker",
+                },
+                "finalizers": ["trainop.test/hold"],
+            },
+            "spec": {
+                "containers": [{"name": "ray-worker", "image": "ghcr.io/trainop/trainer:0.1.0"}],
+                "terminationGracePeriodSeconds": 120,
+                # Bound to a node: the apiserver deletes an unbound pod at once, without its grace period.
+                "nodeName": "node-gone",
+            },
+        },
+    )
+    pod_path = api.core(namespace, "pods", pod["metadata"]["name"])
+
+    apply(factories.manifest("mlp", namespace, spec={"suspend": True}))
+    wait_phase(api, namespace, "Suspended")
+    api.delete(pod_path)  # Terminating: the grace period runs, the finalizer holds it
+    apply(factories.manifest("mlp", namespace, spec={"suspend": False}))
+    waiting = wait_for(
+        lambda: status_of(api, namespace),
+        lambda s: s.get("attempt") == 2 and condition(s, "Running")["reason"] == "WaitingForPreviousAttempt",
+        what="attempt 2 waiting for attempt 1's pod",
+    )
+    assert "mlp-a1-workers-worker-x" in condition(waiting, "Running")["message"]
+    time.sleep(2)  # a watch event's worth: the RayJob would have been created by now
+    assert ray_jobs(api, namespace) == []
+
+    # The pod goes: its kubelet would confirm it stopped (a deletion with no grace left); here the test.
+    api.patch(pod_path, {"metadata": {"finalizers": None}})
+    api.request("DELETE", pod_path, {"gracePeriodSeconds": 0})
+    wait_for(lambda: ray_jobs(api, namespace), lambda names: names == ["mlp-a2"], what="RayJob a2")
+
+
 def test_a_job_created_suspended_creates_its_claim_and_rbac_but_no_rayjob(
     operator: Any, api: Api, apply: Any, namespace: str
 ) -> None:

@@ -2,14 +2,17 @@
 
 The rule under test: ``status.children`` names only objects that exist or that this reconcile creates,
 no RayJob is created before its claim exists, and while one cannot be, the phase is Pending with the
-awaited thing in the Running condition (``WaitingForStorage`` / ``WaitingForDeletion``).
+awaited thing in the Running condition (``WaitingForStorage`` / ``WaitingForDeletion`` /
+``WaitingForPreviousAttempt``).
 """
 
 from __future__ import annotations
 
+import datetime
+
 import operator_factories as factories
 import pytest
-from state_machine_cases import after, condition, decide, ray_job
+from state_machine_cases import NOW, after, condition, decide, ray_job
 
 from trainop.api.operator_status import Phase
 from trainop.controller import conditions, observe
@@ -83,6 +86,52 @@ def test_a_namesakes_child_being_deleted_holds_the_rayjob_back_and_is_named() ->
     transition = decide(factories.job(), leftovers=("Role mlp-trainer",))
     assert transition.create_ray_job is False
     assert "Role mlp-trainer of a deleted TrainingJob" in condition(transition, conditions.RUNNING)[2]
+
+
+def test_a_new_attempt_waits_for_the_pods_of_the_previous_one_which_may_still_be_checkpointing() -> None:
+    """Resumed (suspend: false) while attempt 1's workers still run their preStop checkpoint: attempt 2's
+    rank 0 would clear their half-written step directory as stale, and both would write the status."""
+    body = factories.job(status={"phase": "Suspended", "attempt": 1})
+    due = NOW + datetime.timedelta(seconds=90)
+    pods = (observe.PodLife("mlp-a1-head-x", ended=False), observe.PodLife("mlp-a1-worker-y", False, due))
+    waiting = decide(body, attempt_pods={1: pods})
+    assert (waiting.status.phase, waiting.status.attempt, waiting.create_ray_job) == (Phase.PENDING, 2, False)
+    assert waiting.status.children is not None and waiting.status.children.ray_job is None
+    _, reason, message = condition(waiting, conditions.RUNNING)
+    assert reason == "WaitingForPreviousAttempt"
+    assert message == (
+        "Waiting for the Ray pods of attempt 1 to stop (mlp-a1-head-x and 1 more; they may still be writing "
+        "the checkpoint this attempt resumes from) before creating RayJob mlp-a2 (attempt 2)."
+    )
+    # A pod of a lost node sends no event when its deadline passes: the owner is woken then.
+    assert waiting.requeue_after == 91.0
+    # The current attempt's own pods hold nothing back, and once attempt 1's are gone attempt 2 starts.
+    assert decide(after(body, waiting), attempt_pods={2: pods}).create_ray_job is True
+    assert decide(after(body, waiting)).create_ray_job is True
+
+
+@pytest.mark.parametrize(
+    "life",
+    [
+        observe.PodLife("mlp-a1-worker-y", ended=True),  # Succeeded or Failed: nothing runs
+        # Past its deletion deadline the kubelet has killed it, or its node is lost: nothing writes.
+        observe.PodLife("mlp-a1-worker-y", False, NOW - datetime.timedelta(seconds=1)),
+    ],
+    ids=["ended", "past-its-deletion-deadline"],
+)
+def test_a_pod_of_the_previous_attempt_that_cannot_run_holds_nothing_back(life: observe.PodLife) -> None:
+    body = factories.job(status={"phase": "Suspended", "attempt": 1})
+    assert decide(body, attempt_pods={1: (life,)}).create_ray_job is True
+
+
+def test_pod_life_reads_the_phase_and_the_deletion_deadline() -> None:
+    pod = {"metadata": {"name": "p"}, "status": {"phase": "Running"}}
+    assert observe.pod_life(pod) == observe.PodLife("p", ended=False)
+    deleted = {**pod, "metadata": {"name": "p", "deletionTimestamp": "2026-01-02T03:04:05Z"}}
+    assert observe.pod_life(deleted).deletion_due == datetime.datetime(
+        2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC
+    )
+    assert observe.pod_life({**pod, "status": {"phase": "Failed"}}).ended
 
 
 def test_a_rayjob_whose_creation_keeps_failing_is_not_named() -> None:
