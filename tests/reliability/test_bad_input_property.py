@@ -136,6 +136,7 @@ def _with_null(*path: str) -> dict[str, Any]:
 PINNED = [
     _with(precision="fp16"),  # on CPU workers: a CEL rule now, as in the models
     _with(workload={"dataset": {"kind": "cifar10"}}),  # no path
+    _with(workload={"dataset": {"kind": "tokens", "path": "t.bin"}}),  # the mlp on tokens: a CEL twin
     _with(workers={"replicas": "2"}),  # a quoted number: lax pydantic took it, the apiserver does not
     _with(network={"probe": "false"}),  # a quoted boolean
     _with(workers={"replicas": 2.0}),  # a whole number written as a float: both refuse it (per-field rule)

@@ -338,3 +338,35 @@ def test_the_trainer_config_leaves_defaults_out_so_an_older_trainer_image_still_
         trainer_config.dumps(trainer_config.for_job(custom, storage_path="/c", attempt=1, in_cluster=True))
     )
     assert again["spec"]["workers"]["terminationGracePeriodSeconds"] == 30  # set: sent
+
+
+@pytest.mark.parametrize(
+    ("model", "kind", "refused"),
+    [
+        ("resnet18", "digits", "which trains on images: use synthetic, cifar10 or imagefolder"),
+        ("gpt-tiny", "digits", "which trains on tokens: use synthetic or tokens"),
+        ("mlp", "imagefolder", "which trains on feature vectors: use synthetic or digits"),
+        ("bert-base", "cifar10", "which trains on tokens: use synthetic or tokens"),
+        ("vit-b16", "tokens", "which trains on images: use synthetic, cifar10 or imagefolder"),
+        ("resnet50", "imagefolder", None),
+        ("gpt-small", "tokens", None),
+        ("mlp", "digits", None),
+        ("gpt-xl", "synthetic", None),
+    ],
+)
+def test_a_dataset_that_does_not_fit_the_model_is_refused_before_the_job_runs(
+    model: str, kind: str, refused: str | None
+) -> None:
+    """Before, resnet18 on digits passed validation and died in the workers on a bare assert."""
+    document = _cpu_mlp()
+    document["spec"]["workload"] = {"model": model, "dataset": {"kind": kind}}
+    if kind not in ("synthetic", "digits"):
+        document["spec"]["workload"]["dataset"]["path"] = "data/x"
+    if refused is None:
+        manifest.parse_object(document)
+        return
+    with pytest.raises(manifest.ManifestError) as error:
+        manifest.parse_object(document)
+    assert [(e.path, e.message) for e in error.value.errors] == [
+        ("spec.workload", f"workload.dataset.kind {kind} does not fit model {model}, {refused}")
+    ]

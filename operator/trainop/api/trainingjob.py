@@ -148,7 +148,8 @@ class Dataset(base.ApiModel):
     (the python-pickle data_batch_* files under path), imagefolder (one sub-directory of images per class
     under path), tokens (a flat little-endian uint16 token file at path, memory-mapped) or digits
     (scikit-learn's bundled 1,797 8x8 handwritten digits, 10 classes, no path: a real dataset for the mlp).
-    Image kinds feed resnet18/resnet50, tokens feeds gpt-small/gpt-tiny, digits feeds mlp."""
+    Image kinds feed resnet18, resnet50 and vit-b16, tokens feeds the gpt models and bert-base, digits feeds
+    mlp, synthetic fits every model; another pairing is refused."""
     path: str | None = pydantic.Field(
         default=None,
         description="The data as the pods see it, required by every kind but synthetic and digits: the "
@@ -229,20 +230,76 @@ WORKLOAD_EXACTLY_ONE = (
 )
 
 
+#: What each built-in model trains on: (what it reads, the dataset kinds that hold it).
+MODEL_DATA: tuple[tuple[frozenset[BuiltinModel], str, tuple[DatasetKind, ...]], ...] = (
+    (
+        frozenset({BuiltinModel.RESNET18, BuiltinModel.RESNET50, BuiltinModel.VIT_B16}),
+        "images",
+        (DatasetKind.SYNTHETIC, DatasetKind.CIFAR10, DatasetKind.IMAGEFOLDER),
+    ),
+    (
+        frozenset(
+            {
+                BuiltinModel.GPT_SMALL,
+                BuiltinModel.GPT_MEDIUM,
+                BuiltinModel.GPT_XL,
+                BuiltinModel.GPT_TINY,
+                BuiltinModel.BERT_BASE,
+            }
+        ),
+        "tokens",
+        (DatasetKind.SYNTHETIC, DatasetKind.TOKENS),
+    ),
+    (
+        frozenset({BuiltinModel.MLP}),
+        "feature vectors",
+        (DatasetKind.SYNTHETIC, DatasetKind.DIGITS),
+    ),
+)
+MODEL_DATASET_MISMATCH = (
+    "workload.dataset.kind {kind} does not fit model {model}, which trains on {what}: use {allowed}"
+)
+
+
+def _either(kinds_: tuple[DatasetKind, ...]) -> str:
+    """'synthetic, cifar10 or imagefolder'."""
+    *others, last = [k.value for k in kinds_]
+    return f"{', '.join(others)} or {last}" if others else last
+
+
+def _model_dataset_rules() -> list[cel.Rule]:
+    """The CEL twins of ``Workload._dataset_fits_the_model``, one per kind of data."""
+    rules = []
+    for models, what, allowed in MODEL_DATA:
+        names = "[" + ", ".join(cel.string(m.value) for m in sorted(models)) + "]"
+        kinds_ = "[" + ", ".join(cel.string(k.value) for k in allowed) + "]"
+        text = MODEL_DATASET_MISMATCH.replace("{what}", what).replace("{allowed}", _either(allowed))
+        rules.append(
+            cel.rule(
+                f"!has(self.model) || !(self.model in {names}) || !has(self.dataset) "
+                f"|| !has(self.dataset.kind) || self.dataset.kind in {kinds_}",
+                text.format(kind="<kind>", model="<model>"),
+                cel.format(text.format(kind="%s", model="%s"), "self.dataset.kind", "self.model"),
+            )
+        )
+    return rules
+
+
 class Workload(base.ApiModel):
     """What to train: a built-in model + dataset, a user function ``pkg.module:function``, or an unmodified
     Ray Train function."""
 
     model_config = pydantic.ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
+        json_schema_extra=lambda schema: schema.setdefault("x-kubernetes-validations", []).extend(
+            [
                 {
                     "rule": "[has(self.model), has(self.entrypoint), has(self.rayTrain)]"
                     ".filter(set, set).size() == 1",
                     "message": WORKLOAD_EXACTLY_ONE,
-                }
+                },
+                *_model_dataset_rules(),
             ]
-        }
+        )
     )
 
     model: BuiltinModel | None = None
@@ -282,6 +339,20 @@ class Workload(base.ApiModel):
     def _exactly_one(self) -> Workload:
         if [self.model, self.entrypoint, self.ray_train].count(None) != 2:
             raise ValueError(WORKLOAD_EXACTLY_ONE)
+        return self
+
+    @pydantic.model_validator(mode="after")
+    def _dataset_fits_the_model(self) -> Workload:
+        for models, what, allowed in MODEL_DATA:
+            if self.model in models and self.dataset.kind not in allowed:
+                raise ValueError(
+                    MODEL_DATASET_MISMATCH.format(
+                        kind=self.dataset.kind.value,
+                        model=self.model.value,
+                        what=what,
+                        allowed=_either(allowed),
+                    )
+                )
         return self
 
 

@@ -171,15 +171,14 @@ def _images(spec: trainingjob.TrainingJobSpec, seed: int, ds: trainingjob.Datase
         return datasets.SyntheticImages(
             num_samples=ds.num_samples, image_size=ds.image_size, num_classes=ds.num_classes, seed=seed
         )
-    assert ds.path is not None  # the API requires a path for every non-synthetic kind
+    if ds.path is None or kind not in (trainingjob.DatasetKind.CIFAR10, trainingjob.DatasetKind.IMAGEFOLDER):
+        raise ValueError(  # the API refuses both (trainingjob.MODEL_DATA, Dataset's path rule)
+            f"spec.workload.dataset.kind {kind.value} does not fit model {spec.workload.model}, which trains "
+            "on images: use synthetic, cifar10 or imagefolder (with dataset.path)"
+        )
     if kind == trainingjob.DatasetKind.CIFAR10:
         return datasets.Cifar10(ds.path)
-    if kind == trainingjob.DatasetKind.IMAGEFOLDER:
-        return datasets.image_folder(ds.path, image_size=ds.image_size)
-    raise ValueError(
-        f"spec.workload.dataset.kind {kind.value} holds tokens, but model {spec.workload.model} needs "
-        "images: use synthetic, cifar10 or imagefolder"
-    )
+    return datasets.image_folder(ds.path, image_size=ds.image_size)
 
 
 def _tokens(
@@ -192,9 +191,9 @@ def _tokens(
     if ds.kind == trainingjob.DatasetKind.TOKENS:
         assert ds.path is not None
         return datasets.TokenFile(ds.path, sequence_length=ds.sequence_length, vocab_size=vocab_size)
-    raise ValueError(
-        f"spec.workload.dataset.kind {ds.kind.value} holds images, but model {spec.workload.model} needs "
-        "tokens: use synthetic or tokens"
+    raise ValueError(  # the API refuses it (trainingjob.MODEL_DATA)
+        f"spec.workload.dataset.kind {ds.kind.value} does not fit model {spec.workload.model}, which trains "
+        "on tokens: use synthetic or tokens"
     )
 
 
