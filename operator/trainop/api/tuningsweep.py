@@ -22,6 +22,23 @@ PARAMETER_NAME_PATTERN = r"^(nccl\.(NCCL|TORCH_NCCL)_[A-Z0-9_]+|[a-z][A-Za-z0-9]
 
 
 GRACE_ABOVE_MAX_T = "scheduler.gracePeriod must not exceed scheduler.maxT"
+
+# What the packaged trainer reports at every report (``runtime.Runtime.report``), and, with
+# ``template.evaluation``, the last evaluation as ``eval_<metric>`` (top5Accuracy for classifiers,
+# perplexity for language models). A user entrypoint may report names of its own.
+TRAINER_METRICS = ("loss", "samples_per_second", "step", "epoch")
+EVALUATION_METRICS = ("eval_loss", "eval_accuracy", "eval_top5Accuracy", "eval_perplexity")
+METRIC_NEEDS_EVALUATION = (
+    "spec.objective.metric '{metric}' is reported only when spec.template.evaluation is set: set it, or "
+    "use one of " + ", ".join(TRAINER_METRICS)
+)
+METRIC_NOT_REPORTED = (
+    "spec.objective.metric '{metric}' is not reported by the built-in trainer: use one of "
+    + ", ".join(TRAINER_METRICS)
+    + " (and with spec.template.evaluation "
+    + ", ".join(EVALUATION_METRICS)
+    + "), or report it from a workload.entrypoint"
+)
 GRID_NEEDS_GRID_ALGORITHM = "searchSpace type grid needs algorithm grid"
 MAX_SEARCH_SPACE_KEYS = 32
 
@@ -155,10 +172,26 @@ def _not_a_template_field(key: str) -> str:
     return f"!({key}.startsWith('nccl.') || {_in_a_fixed_section(key)} || {key} in {paths})"
 
 
+def _list(values: tuple[str, ...]) -> str:
+    return "[" + ", ".join(cel.string(v) for v in values) + "]"
+
+
 def _spec_rules() -> list[cel.Rule]:
     """The CEL twins of TuningSweepSpec's validator (same sentences, values filled in)."""
     all_grid = "self.searchSpace.all(k, self.searchSpace[k].type == 'grid')"
+    metric = "self.objective.metric"
+    builtin = f"!has(self.template.workload.entrypoint) && !({metric} in {_list(TRAINER_METRICS)})"
     return [
+        cel.rule(
+            f"!({builtin} && {metric} in {_list(EVALUATION_METRICS)} && !has(self.template.evaluation))",
+            METRIC_NEEDS_EVALUATION.replace("{metric}", "<metric>"),
+            cel.format(METRIC_NEEDS_EVALUATION.replace("{metric}", "%s"), metric),
+        ),
+        cel.rule(
+            f"!({builtin} && !({metric} in {_list(EVALUATION_METRICS)}))",
+            METRIC_NOT_REPORTED.replace("{metric}", "<metric>"),
+            cel.format(METRIC_NOT_REPORTED.replace("{metric}", "%s"), metric),
+        ),
         cel.rule(
             f"!self.searchSpace.exists(k, {_in_a_fixed_section('k')})",
             PARAMETER_IN_A_FIXED_SECTION.replace("%s", "<key>"),
@@ -269,6 +302,12 @@ class TuningSweepSpec(base.ApiModel):
                     f"searchSpace key {name!r} is not a field of the template: use a dotted path such as "
                     "hyperparameters.learningRate or nccl.NCCL_ALGO"
                 )
+        metric = self.objective.metric
+        if self.template.workload.entrypoint is None and metric not in TRAINER_METRICS:
+            if metric in EVALUATION_METRICS and self.template.evaluation is None:
+                raise ValueError(METRIC_NEEDS_EVALUATION.format(metric=metric))
+            if metric not in EVALUATION_METRICS:
+                raise ValueError(METRIC_NOT_REPORTED.format(metric=metric))
         if self.algorithm == Algorithm.GRID:
             bad = [k for k, d in self.search_space.items() if d.type != DistributionKind.GRID]
             if bad:  # the first one only, as the CRD's rule (CEL cannot join a list within its cost budget)
