@@ -35,6 +35,10 @@ KUBECTL_PLUGIN = "kubectl-trainop"
 
 def _cmd_crds(args: argparse.Namespace) -> int:
     crds = crd.all_crds()
+    if not args.out and (args.docs or args.chart_rbac):
+        flag = "--docs" if args.docs else "--chart-rbac"
+        print(f"trainop crds: {flag} writes beside the CRD files: add --out DIR", file=sys.stderr)
+        return 2
     if args.out:
         out = pathlib.Path(args.out)
         out.mkdir(parents=True, exist_ok=True)

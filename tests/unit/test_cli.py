@@ -57,6 +57,19 @@ def test_crds_prints_both_definitions() -> None:
     assert "name: tuningsweeps.trainop.dev" in result.stdout
 
 
+@pytest.mark.parametrize("flag", ["--docs", "--chart-rbac"])
+def test_crds_refuses_a_file_option_without_out_instead_of_writing_nothing(
+    flag: str, tmp_path: pathlib.Path
+) -> None:
+    target = tmp_path / "out.txt"
+    result = subprocess.run(
+        [sys.executable, "-m", "trainop", "crds", flag, str(target)], capture_output=True, text=True
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"trainop crds: {flag} writes beside the CRD files: add --out DIR"
+    assert not target.exists() and result.stdout == ""
+
+
 def test_validate_explains_the_refused_field_with_the_description_kubectl_explain_shows() -> None:
     bad = ROOT / "tests" / "data" / "invalid" / "21-zero-replicas.yaml"
     result = subprocess.run(
