@@ -255,6 +255,31 @@ def test_multi_document_files_yield_every_resource(tmp_path: pathlib.Path) -> No
     assert [r.metadata.name for r in manifest.load_file(path)] == [d["metadata"]["name"] for d in docs]
 
 
+def test_every_document_of_a_file_is_checked_and_each_error_names_its_document(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Before, the first bad document hid the others, and no error said which document it was."""
+    first, second = _cpu_mlp(), _cpu_mlp()
+    first["metadata"]["name"] = "a"
+    first["spec"]["workers"]["replicas"] = 0
+    second["metadata"]["name"] = "b"
+    second["spec"]["hyperparameters"]["learningRate"] = 50
+    path = tmp_path / "jobs.yaml"
+    path.write_text(yaml.safe_dump_all([first, second]))
+    with pytest.raises(manifest.ManifestError) as refused:
+        manifest.load_file(path)
+    assert [str(e) for e in refused.value.errors] == [
+        "document 1 (TrainingJob/a): spec.workers.replicas: must be greater than or equal to 1",
+        "document 2 (TrainingJob/b): spec.hyperparameters.learningRate: must be less than or equal to 10",
+    ]
+    path.write_text(yaml.safe_dump(first))  # a single document needs no number
+    with pytest.raises(manifest.ManifestError) as single:
+        manifest.load_file(path)
+    assert [str(e) for e in single.value.errors] == [
+        "spec.workers.replicas: must be greater than or equal to 1"
+    ]
+
+
 def test_snake_case_field_names_are_refused_because_the_apiserver_would_prune_them() -> None:
     doc = yaml.safe_load((ROOT / "examples" / "resnet50-multigpu.yaml").read_text())
     doc["spec"]["workers"]["gpus_per_worker"] = doc["spec"]["workers"].pop("gpusPerWorker")

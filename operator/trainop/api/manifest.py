@@ -88,9 +88,12 @@ class FieldError:
     # Not part of str(): the operator's status messages stay one sentence.
     explanation: str = dataclasses.field(default="", compare=False)
     explained_field: str = dataclasses.field(default="", compare=False)
+    # Which document of a multi-document file ("document 2 (TrainingJob/b)"); empty for a single one.
+    document: str = dataclasses.field(default="", compare=False)
 
     def __str__(self) -> str:
-        return f"{self.path}: {self.message}" if self.path else self.message
+        said = f"{self.path}: {self.message}" if self.path else self.message
+        return f"{self.document}: {said}" if self.document else said
 
 
 class ManifestError(ValueError):
@@ -295,4 +298,25 @@ def load_file(path: str | pathlib.Path) -> list[Resource]:
         raise ManifestError([FieldError("", f"not valid YAML: {exc}")], source=str(path)) from None
     if not documents:
         raise ManifestError([FieldError("", "the file holds no manifest")], source=str(path))
-    return [parse_object(as_kubectl_sends(doc), source=str(path)) for doc in documents]
+    if len(documents) == 1:
+        return [parse_object(as_kubectl_sends(documents[0]), source=str(path))]
+    # Several documents: every one is checked, and each error names its document.
+    resources: list[Resource] = []
+    errors: list[FieldError] = []
+    for number, doc in enumerate(documents, start=1):
+        try:
+            resources.append(parse_object(as_kubectl_sends(doc), source=str(path)))
+        except ManifestError as exc:
+            where = f"document {number}{_named(doc)}"
+            errors += [dataclasses.replace(e, document=where) for e in exc.errors]
+    if errors:
+        raise ManifestError(errors, source=str(path))
+    return resources
+
+
+def _named(document: Any) -> str:
+    """' (TrainingJob/name)' for a document that says its kind and name, else ''."""
+    if not isinstance(document, dict):
+        return ""
+    kind, name = document.get("kind"), (document.get("metadata") or {}).get("name")
+    return f" ({kind}/{name})" if isinstance(kind, str) and isinstance(name, str) else ""
