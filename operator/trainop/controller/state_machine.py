@@ -651,6 +651,11 @@ class _Evaluation:
             gone = ", ".join(self.observed.leftovers)
             return "WaitingForDeletion", f"{gone} of a deleted {kind} of the same name to be deleted"
         for earlier, lives in sorted(self.observed.attempt_pods.items()):
+            if self._failed_ungracefully(earlier):
+                # A rank died (its process, its node) or stalled: no graceful checkpoint of that attempt can
+                # complete (every rank writes its shard), and a lost node's pod would hold the restart for its
+                # whole grace period. Only a suspend (or restart) and a preemption stop the ranks gracefully.
+                continue
             running = [life for life in lives if earlier < attempt and life.may_run(self.now)]
             if running:
                 # Pod events wake the owner as they go; a lost node's pod sends none: wake at its deadline.
@@ -664,6 +669,9 @@ class _Evaluation:
                     "writing the checkpoint this attempt resumes from)",
                 )
         return None
+
+    def _failed_ungracefully(self, attempt: int) -> bool:
+        return any(f.attempt == attempt and f.reason != FailureReason.PREEMPTED for f in self.status.failures)
 
     def _adopts_claim(self) -> bool:
         """A claim under the name this owner creates, without owner, while deleteWithJob asks for one."""

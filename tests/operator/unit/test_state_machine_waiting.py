@@ -124,6 +124,30 @@ def test_a_pod_of_the_previous_attempt_that_cannot_run_holds_nothing_back(life: 
     assert decide(body, attempt_pods={1: (life,)}).create_ray_job is True
 
 
+@pytest.mark.parametrize(
+    ("reason", "waits"), [("NodeLost", False), ("Unknown", False), ("Stalled", False), ("Preempted", True)]
+)
+def test_only_a_preemption_restart_waits_for_that_attempts_pods(reason: str, waits: bool) -> None:
+    """A rank died (with its node, or alone) or stalled: no graceful checkpoint of that attempt can complete,
+    and a lost node's pod would hold the restart for its whole grace period. A preempted (drained) worker may
+    be writing one."""
+    failed = {"attempt": 1, "reason": reason, "message": "m", "time": "2026-03-01T11:59:00Z"}
+    body = factories.job(
+        status={
+            "phase": "Restarting",
+            "attempt": 1,
+            "nextRestartTime": "2026-03-01T11:59:30Z",
+            "failures": [failed],
+        }
+    )
+    due = NOW + datetime.timedelta(seconds=100)
+    transition = decide(body, attempt_pods={1: (observe.PodLife("mlp-a1-workers-worker-x", False, due),)})
+    assert transition.status.attempt == 2
+    assert transition.create_ray_job is not waits
+    if waits:
+        assert condition(transition, conditions.RUNNING)[1] == "WaitingForPreviousAttempt"
+
+
 def test_pod_life_reads_the_phase_and_the_deletion_deadline() -> None:
     pod = {"metadata": {"name": "p"}, "status": {"phase": "Running"}}
     assert observe.pod_life(pod) == observe.PodLife("p", ended=False)
