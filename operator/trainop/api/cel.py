@@ -17,6 +17,7 @@ This module must not import the API models: they import it.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 Rule = dict[str, Any]  # Any: pydantic types json_schema_extra as JsonDict, invariant in its values
@@ -35,6 +36,11 @@ INTEGER_WITHOUT_DECIMAL_POINT = (
 def string(value: str) -> str:
     """A CEL string literal (double-quoted; JSON's escapes are CEL's)."""
     return json.dumps(value)
+
+
+def strings(values: Iterable[str]) -> str:
+    """A CEL list literal of strings: ``["a", "b"]``."""
+    return "[" + ", ".join(string(value) for value in values) + "]"
 
 
 def format(template: str, *arguments: str) -> str:

@@ -298,16 +298,14 @@ def load_file(path: str | pathlib.Path) -> list[Resource]:
         raise ManifestError([FieldError("", f"not valid YAML: {exc}")], source=str(path)) from None
     if not documents:
         raise ManifestError([FieldError("", "the file holds no manifest")], source=str(path))
-    if len(documents) == 1:
-        return [parse_object(as_kubectl_sends(documents[0]), source=str(path))]
-    # Several documents: every one is checked, and each error names its document.
+    # Every document is checked; with several, each error names its document.
     resources: list[Resource] = []
     errors: list[FieldError] = []
     for number, doc in enumerate(documents, start=1):
         try:
             resources.append(parse_object(as_kubectl_sends(doc), source=str(path)))
         except ManifestError as exc:
-            where = f"document {number}{_named(doc)}"
+            where = f"document {number}{_named(doc)}" if len(documents) > 1 else ""
             errors += [dataclasses.replace(e, document=where) for e in exc.errors]
     if errors:
         raise ManifestError(errors, source=str(path))

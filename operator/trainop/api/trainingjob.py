@@ -267,12 +267,22 @@ def _either(kinds_: tuple[DatasetKind, ...]) -> str:
     return f"{', '.join(others)} or {last}" if others else last
 
 
+def dataset_mismatch(model: BuiltinModel | None, kind: DatasetKind) -> str | None:
+    """Why a dataset of ``kind`` cannot feed the built-in ``model`` (MODEL_DATASET_MISMATCH), or None."""
+    for models, what, allowed in MODEL_DATA:
+        if model in models and kind not in allowed:
+            return MODEL_DATASET_MISMATCH.format(
+                kind=kind.value, model=model.value, what=what, allowed=_either(allowed)
+            )
+    return None
+
+
 def _model_dataset_rules() -> list[cel.Rule]:
     """The CEL twins of ``Workload._dataset_fits_the_model``, one per kind of data."""
     rules = []
     for models, what, allowed in MODEL_DATA:
-        names = "[" + ", ".join(cel.string(m.value) for m in sorted(models)) + "]"
-        kinds_ = "[" + ", ".join(cel.string(k.value) for k in allowed) + "]"
+        names = cel.strings(m.value for m in sorted(models))
+        kinds_ = cel.strings(k.value for k in allowed)
         text = MODEL_DATASET_MISMATCH.replace("{what}", what).replace("{allowed}", _either(allowed))
         rules.append(
             cel.rule(
@@ -343,16 +353,9 @@ class Workload(base.ApiModel):
 
     @pydantic.model_validator(mode="after")
     def _dataset_fits_the_model(self) -> Workload:
-        for models, what, allowed in MODEL_DATA:
-            if self.model in models and self.dataset.kind not in allowed:
-                raise ValueError(
-                    MODEL_DATASET_MISMATCH.format(
-                        kind=self.dataset.kind.value,
-                        model=self.model.value,
-                        what=what,
-                        allowed=_either(allowed),
-                    )
-                )
+        mismatch = dataset_mismatch(self.model, self.dataset.kind)
+        if mismatch is not None:
+            raise ValueError(mismatch)
         return self
 
 

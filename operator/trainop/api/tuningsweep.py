@@ -160,7 +160,7 @@ class Scheduler(base.ApiModel):
 
 def _in_a_fixed_section(key: str) -> str:
     """CEL: ``key`` (a searchSpace key) names a field every trial shares (``is_fixed_for_trials``)."""
-    fields = "[" + ", ".join(cel.string(path) for path in FIXED_TEMPLATE_FIELDS) + "]"
+    fields = cel.strings(FIXED_TEMPLATE_FIELDS)
     prefixes = " || ".join(f"{key}.startsWith({cel.string(prefix)})" for prefix in FIXED_TEMPLATE_SECTIONS)
     return f"{prefixes} || {key} in {fields}"
 
@@ -168,27 +168,24 @@ def _in_a_fixed_section(key: str) -> str:
 def _not_a_template_field(key: str) -> str:
     """CEL: ``key`` (a searchSpace key) names neither an NCCL variable, nor a field of a fixed section (its
     own rule), nor a scalar field of the template."""
-    paths = "[" + ", ".join(cel.string(path) for path in sorted(TEMPLATE_PARAMETER_PATHS)) + "]"
+    paths = cel.strings(sorted(TEMPLATE_PARAMETER_PATHS))
     return f"!({key}.startsWith('nccl.') || {_in_a_fixed_section(key)} || {key} in {paths})"
-
-
-def _list(values: tuple[str, ...]) -> str:
-    return "[" + ", ".join(cel.string(v) for v in values) + "]"
 
 
 def _spec_rules() -> list[cel.Rule]:
     """The CEL twins of TuningSweepSpec's validator (same sentences, values filled in)."""
     all_grid = "self.searchSpace.all(k, self.searchSpace[k].type == 'grid')"
     metric = "self.objective.metric"
-    builtin = f"!has(self.template.workload.entrypoint) && !({metric} in {_list(TRAINER_METRICS)})"
+    builtin = f"!has(self.template.workload.entrypoint) && !({metric} in {cel.strings(TRAINER_METRICS)})"
+    evaluated = f"{metric} in {cel.strings(EVALUATION_METRICS)}"
     return [
         cel.rule(
-            f"!({builtin} && {metric} in {_list(EVALUATION_METRICS)} && !has(self.template.evaluation))",
+            f"!({builtin} && {evaluated} && !has(self.template.evaluation))",
             METRIC_NEEDS_EVALUATION.replace("{metric}", "<metric>"),
             cel.format(METRIC_NEEDS_EVALUATION.replace("{metric}", "%s"), metric),
         ),
         cel.rule(
-            f"!({builtin} && !({metric} in {_list(EVALUATION_METRICS)}))",
+            f"!({builtin} && !({evaluated}))",
             METRIC_NOT_REPORTED.replace("{metric}", "<metric>"),
             cel.format(METRIC_NOT_REPORTED.replace("{metric}", "%s"), metric),
         ),

@@ -165,17 +165,21 @@ class ImageToDevice:
         return normalise_images(x, mean, std, memory_format=memory_format, dtype=self.dtype), labels
 
 
+def _check_fit(spec: trainingjob.TrainingJobSpec, ds: trainingjob.Dataset) -> None:
+    """The API's refusal (``trainingjob.dataset_mismatch``), again where the dataset is opened."""
+    mismatch = trainingjob.dataset_mismatch(spec.workload.model, ds.kind)
+    if mismatch is not None:
+        raise ValueError(f"spec.{mismatch}")
+
+
 def _images(spec: trainingjob.TrainingJobSpec, seed: int, ds: trainingjob.Dataset) -> Dataset[Batch]:
     kind = ds.kind
     if kind == trainingjob.DatasetKind.SYNTHETIC:
         return datasets.SyntheticImages(
             num_samples=ds.num_samples, image_size=ds.image_size, num_classes=ds.num_classes, seed=seed
         )
-    if ds.path is None or kind not in (trainingjob.DatasetKind.CIFAR10, trainingjob.DatasetKind.IMAGEFOLDER):
-        raise ValueError(  # the API refuses both (trainingjob.MODEL_DATA, Dataset's path rule)
-            f"spec.workload.dataset.kind {kind.value} does not fit model {spec.workload.model}, which trains "
-            "on images: use synthetic, cifar10 or imagefolder (with dataset.path)"
-        )
+    _check_fit(spec, ds)
+    assert ds.path is not None  # the API requires a path for cifar10 and imagefolder
     if kind == trainingjob.DatasetKind.CIFAR10:
         return datasets.Cifar10(ds.path)
     return datasets.image_folder(ds.path, image_size=ds.image_size)
@@ -188,13 +192,9 @@ def _tokens(
         return datasets.SyntheticTokens(
             num_samples=ds.num_samples, sequence_length=ds.sequence_length, vocab_size=vocab_size, seed=seed
         )
-    if ds.kind == trainingjob.DatasetKind.TOKENS:
-        assert ds.path is not None
-        return datasets.TokenFile(ds.path, sequence_length=ds.sequence_length, vocab_size=vocab_size)
-    raise ValueError(  # the API refuses it (trainingjob.MODEL_DATA)
-        f"spec.workload.dataset.kind {ds.kind.value} does not fit model {spec.workload.model}, which trains "
-        "on tokens: use synthetic or tokens"
-    )
+    _check_fit(spec, ds)
+    assert ds.path is not None  # the API requires a path for tokens
+    return datasets.TokenFile(ds.path, sequence_length=ds.sequence_length, vocab_size=vocab_size)
 
 
 def build(spec: trainingjob.TrainingJobSpec) -> Workload:
@@ -290,8 +290,7 @@ def _build(spec: trainingjob.TrainingJobSpec) -> Workload:
         )
     if ds.kind == trainingjob.DatasetKind.DIGITS:
         return _digits_mlp(spec, ds)
-    if ds.kind != trainingjob.DatasetKind.SYNTHETIC:
-        raise ValueError("model mlp trains on spec.workload.dataset.kind synthetic or digits only")
+    _check_fit(spec, ds)
     mlp = models.mlp(num_classes=ds.num_classes, config=workload.config)
     input_dim = mlp.input_dim
 
