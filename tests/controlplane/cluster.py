@@ -17,6 +17,7 @@ deletion behave as in a real cluster.
 from __future__ import annotations
 
 import atexit
+import base64
 import dataclasses
 import functools
 import json
@@ -115,6 +116,9 @@ class ControlPlane:
         self._data_dir: Path | None = None
         self._pki: pki.ControlPlanePKI | None = None
         self.server_url = ""
+        #: etcd's client URL (plain HTTP on loopback), for tests that change what is stored behind the
+        #: apiserver's back (``etcd_delete``).
+        self.etcd_url = ""
         self.kubeconfig_path = Path()
         #: Seconds each start phase took (etcd, apiserver, crds, controller_manager, total).
         self.timings: dict[str, float] = {}
@@ -186,18 +190,37 @@ class ControlPlane:
             (self._data_dir / _OWNER_FILE).unlink(missing_ok=True)
         atexit.unregister(self.stop)
 
-    def restart(self, name: str, *, down_s: float = 0.0) -> float:
+    def restart(
+        self, name: str, *, down_s: float = 0.0, while_down: Callable[[], object] | None = None
+    ) -> float:
         """Stop one component ("etcd", "kube-apiserver", "kube-controller-manager") and start it again with
         the same command line, so on the same ports and data (clients see a real restart's outage); stay
-        down ``down_s`` seconds in between. Returns the seconds from the new start until it was ready."""
+        down ``down_s`` seconds in between, and call ``while_down`` then. Returns the seconds from the new
+        start until it was ready."""
         process = self._processes[name]
         process.stop()
         time.sleep(down_s)
+        if while_down is not None:
+            while_down()
         started = processes.ManagedProcess.start(name=name, argv=process.argv, log_path=process.log_path)
         self._processes[name] = started
         return started.wait_healthy(
             self._ready_probes[name], timeout_s=self.settings.start_timeout_s, what="did not become ready"
         )
+
+    def etcd_delete(self, key: str) -> int:
+        """Delete one key from etcd directly (its v3 JSON gateway), as if the object had been deleted while
+        nobody watched: with the apiserver stopped, nothing sees a DELETED event. Kubernetes keeps an object
+        at ``/registry/<resource>/<namespace>/<name>`` (``/registry/<group>/<resource>/...`` for a custom
+        resource). Returns how many keys were deleted."""
+        request = urllib.request.Request(
+            f"{self.etcd_url}/v3/kv/deleterange",
+            data=json.dumps({"key": base64.b64encode(key.encode()).decode()}).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(json.load(response).get("deleted") or 0)
 
     def _prune_data_dir_to_logs(self) -> None:
         """After a failed start keep only ``logs/`` (named in the error), not etcd data or keys."""
@@ -261,7 +284,8 @@ class ControlPlane:
             ready=lambda ports: processes.http_ok(f"http://127.0.0.1:{ports[0]}/health"),
         )
         self.timings["etcd"] = time.monotonic() - started
-        return f"http://127.0.0.1:{ports[0]}"
+        self.etcd_url = f"http://127.0.0.1:{ports[0]}"
+        return self.etcd_url
 
     def _start_apiserver(self, etcd_url: str) -> None:
         assert self.assets.kube_apiserver is not None

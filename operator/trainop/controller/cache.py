@@ -8,8 +8,15 @@ ServiceAccount, Role and RoleBinding from memory instead of listing or getting t
 resource, whose function is :func:`index_function` of this module. kopf calls it on every watch event
 (the initial listing included) and keeps its result until the object is deleted; and kopf runs no other
 handler -- so queues no reconcile -- until every indexed resource has been listed completely. A reconcile
-therefore never sees a half-listed cache, after a start as after a re-list (an apiserver restart): that
-guarantee is why the children live in kopf indexes.
+therefore never sees a half-listed cache after a start: that guarantee is why the children live in kopf
+indexes.
+
+**A re-list.** When a watch cannot resume (``410 Gone``: an apiserver restarted, or the operator's watch
+was away longer than etcd keeps history), kopf lists the resource again and feeds every listed object to
+the index functions -- but it removes an index entry only on a DELETED event, and an object deleted while
+no watch was open gets none. Its entry would stay for good: a claim the operator never recreates, a RayJob
+it believes running, a pod that holds the next attempt. ``relist`` finds such ghosts after every listing
+(entries no listing event showed, confirmed gone by a GET) and drops them with :meth:`Cache.drop`.
 
 **Slim records, not bodies.** Each index keeps only what a reconcile needs (``Seen`` and an observation
 from ``observe``): a thousand jobs' children as whole bodies would be hundreds of megabytes of dicts.
@@ -51,6 +58,23 @@ CLAIMS = "trainop_claims"
 PODS = "trainop_pods"
 OWNERS_BY_CLAIM = "trainop_owners_by_claim"
 INDEX_IDS = (RAY_JOBS, RAY_CLUSTERS, CLAIMS, PODS, OWNERS_BY_CLAIM)
+
+
+def handler_id(index_id: str, plural: str) -> str:
+    """The ``kopf.index`` handler id of one cache index filled from one resource.
+
+    One kopf index per handler id. Several resources may fill one cache index (OWNERS_BY_CLAIM): each gets
+    its own kopf index, and the cache reads them together."""
+    return f"{index_id}__{plural}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Identity:
+    """Which object an index entry came from (kopf keys its entries by the same three)."""
+
+    namespace: str
+    name: str
+    uid: str
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -120,11 +144,19 @@ def index_ray_job(body: Mapping[str, Any]) -> dict[Any, RayJobRecord] | None:
     return {key: RayJobRecord(seen(body), observe.ray_job(body))}
 
 
-def index_ray_cluster(body: Mapping[str, Any]) -> dict[Any, tuple[observe.Problem, ...]]:
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClusterRecord:
+    name: str
+    uid: str
+    problems: tuple[observe.Problem, ...]
+
+
+def index_ray_cluster(body: Mapping[str, Any]) -> dict[Any, ClusterRecord]:
     meta = body["metadata"]
-    return {
-        (str(meta.get("namespace")), str(meta["name"])): observe.cluster_problems(body.get("status") or {})
-    }
+    name = str(meta["name"])
+    problems = observe.cluster_problems(body.get("status") or {})
+    record = ClusterRecord(name, str(meta.get("uid") or ""), problems)
+    return {(str(meta.get("namespace")), name): record}
 
 
 def index_claim(body: Mapping[str, Any]) -> dict[Any, ClaimRecord]:
@@ -136,6 +168,7 @@ def index_claim(body: Mapping[str, Any]) -> dict[Any, ClaimRecord]:
 @dataclasses.dataclass(frozen=True, slots=True)
 class PodRecord:
     name: str
+    uid: str
     problems: tuple[observe.Problem, ...]
     facts: tuple[failures.PodFact, ...]  # what would explain a failure of its attempt
     life: observe.PodLife  # whether its processes may still run, and until when
@@ -148,6 +181,7 @@ def index_pod(body: Mapping[str, Any]) -> dict[Any, PodRecord] | None:
         return None
     record = PodRecord(
         str(body["metadata"]["name"]),
+        str(body["metadata"].get("uid") or ""),
         observe.pod_problems([body]),
         failures.pod_facts(body),
         observe.pod_life(body),
@@ -155,7 +189,14 @@ def index_pod(body: Mapping[str, Any]) -> dict[Any, PodRecord] | None:
     return {(*key, str(attempt)): record}
 
 
-def index_owner_claims(body: Mapping[str, Any]) -> dict[Any, tuple[str, str]] | None:
+@dataclasses.dataclass(frozen=True, slots=True)
+class OwnerRecord:
+    kind: str
+    name: str
+    uid: str
+
+
+def index_owner_claims(body: Mapping[str, Any]) -> dict[Any, OwnerRecord] | None:
     """An owner under every claim name it may use: the one it creates, and an ``existingClaim``."""
     kind = kinds.BY_KIND.get(str(body.get("kind")))
     if kind is None:
@@ -166,7 +207,16 @@ def index_owner_claims(body: Mapping[str, Any]) -> dict[Any, tuple[str, str]] | 
     existing = kinds.existing_claim_of(body)
     if existing:
         names.add(existing)
-    return {(namespace, claim): (kind.kind, name) for claim in names}
+    record = OwnerRecord(kind.kind, name, str(meta.get("uid") or ""))
+    return {(namespace, claim): record for claim in names}
+
+
+def _name_and_uid(record: Any, key: tuple[Any, ...]) -> tuple[str, str]:
+    if isinstance(record, (RayJobRecord, ClaimRecord)):
+        return record.seen.name, record.seen.uid
+    if isinstance(record, (PodRecord, ClusterRecord, OwnerRecord)):
+        return record.name, record.uid
+    raise TypeError(f"no identity in a {type(record).__name__} under {key}")
 
 
 INDEX_FUNCTIONS: Mapping[str, Callable[[Mapping[str, Any]], Mapping[Any, Any] | None]] = {
@@ -189,6 +239,7 @@ class Cache:
 
     def __init__(self, indexes: Mapping[str, Mapping[Any, Iterable[Any]]] | None = None) -> None:
         self._indexes: dict[str, list[Mapping[Any, Iterable[Any]]]] = {}
+        self._by_handler: dict[str, Mapping[Any, Iterable[Any]]] = {}
         if indexes is not None:
             self.bind(indexes)
 
@@ -200,6 +251,29 @@ class Cache:
                 bound = self._indexes.setdefault(index_id, [])
                 if all(index is not other for other in bound):
                     bound.append(index)
+                self._by_handler[handler_id] = index
+
+    def identities(self, index_id: str, plural: str) -> dict[Identity, set[tuple[str, str]]]:
+        """Every object the index filled from this resource holds entries of, with the owners (kind,
+        name) its entries are filed under, where its key names them (for ``relist``)."""
+        index = self._by_handler.get(handler_id(index_id, plural))
+        found: dict[Identity, set[tuple[str, str]]] = {}
+        for key in list(index or ()):
+            for record in list(index[key]) if index is not None else ():
+                name, uid = _name_and_uid(record, key)
+                owners = found.setdefault(Identity(str(key[0]), name, uid), set())
+                if index_id in (RAY_JOBS, PODS):  # (namespace, owner kind, owner name, ...)
+                    owners.add((str(key[1]), str(key[2])))
+        return found
+
+    def drop(self, index_id: str, plural: str, identity: Identity) -> None:
+        """Forget an object that is gone although no DELETED event said so (``relist``), as kopf forgets
+        one on DELETED. kopf keys an object's entries by (namespace, name, uid) and removes them with its
+        indexes' ``_discard``, an internal protocol of kopf 1.45 (pinned in pyproject.toml; the
+        control-plane test of ``relist`` fails if it changes)."""
+        index = self._by_handler.get(handler_id(index_id, plural))
+        if index is not None:
+            index._discard((identity.namespace, identity.name, identity.uid))  # type: ignore[attr-defined]
 
     @property
     def bound(self) -> bool:
@@ -216,8 +290,8 @@ class Cache:
         return self._get(RAY_JOBS, (namespace, kind.kind, owner))
 
     def ray_cluster_problems(self, namespace: str, name: str) -> tuple[observe.Problem, ...] | None:
-        found = self._get(RAY_CLUSTERS, (namespace, name))
-        return found[0] if found else None
+        found: list[ClusterRecord] = self._get(RAY_CLUSTERS, (namespace, name))
+        return found[0].problems if found else None
 
     def claim(self, namespace: str, name: str) -> ClaimRecord | None:
         found: list[ClaimRecord] = self._get(CLAIMS, (namespace, name))
@@ -246,4 +320,5 @@ class Cache:
 
     def owners_of_claim(self, namespace: str, claim: str) -> list[tuple[str, str]]:
         """(kind, name) of every owner that creates or names this claim."""
-        return self._get(OWNERS_BY_CLAIM, (namespace, claim))
+        owners: list[OwnerRecord] = self._get(OWNERS_BY_CLAIM, (namespace, claim))
+        return [(owner.kind, owner.name) for owner in owners]

@@ -23,7 +23,18 @@ from typing import Any
 
 import aiohttp
 
-from trainop.controller import apply, cache, conditions, kinds, kube, metrics, options, reconcile, workqueue
+from trainop.controller import (
+    apply,
+    cache,
+    conditions,
+    kinds,
+    kube,
+    metrics,
+    options,
+    reconcile,
+    relist,
+    workqueue,
+)
 
 log = logging.getLogger(__name__)
 # Failures that are the world's, not a bug: logged without a traceback and retried. Transport errors
@@ -62,6 +73,8 @@ class Engine:
         self._reconciler = reconciler
         self._num_workers = num_workers
         self._tasks: list[asyncio.Task[None]] = []
+        #: Sweeps after every watch listing (``relist``); set by ``main`` once built with this engine.
+        self.relists: relist.Relists | None = None
 
     # ------------------------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -70,6 +83,8 @@ class Engine:
         ]
 
     async def stop(self) -> None:
+        if self.relists is not None:
+            await self.relists.stop()
         self.queue.shut_down()
         for task in self._tasks:
             task.cancel()
@@ -91,6 +106,22 @@ class Engine:
         self.owner_metrics.observe(kind, body)
         if event_type is None or needs_reconcile(body):
             self.queue.add(key, new=never_reconciled(body))
+
+    def listed(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        """Every watch event, for ``relist`` (a listed object's has type None)."""
+        if self.relists is not None:
+            self.relists.event(event_type, body)
+
+    def gone(self, ghost: relist.Gone) -> None:
+        """An object deleted while no watch was open (``relist``): what its DELETED event would have done."""
+        namespace, name = ghost.identity.namespace, ghost.identity.name
+        kind = kinds.BY_KIND.get(ghost.kind)
+        if kind is not None:
+            if not ghost.replaced:  # a namesake was listed, and queued, as itself
+                self.owner_event(kind, "DELETED", {"metadata": {"namespace": namespace, "name": name}})
+            return
+        for owner_kind, owner_name in ghost.owners:
+            self.queue.add(reconcile.OwnerKey(owner_kind, namespace, owner_name))
 
     def child_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
         meta = body["metadata"]

@@ -25,7 +25,7 @@ from typing import Any
 import kopf
 
 from trainop.api import base
-from trainop.controller import cache, engine, kinds
+from trainop.controller import cache, engine, kinds, kube, relist
 
 # Every handler is a coroutine: kopf runs plain functions in a thread pool, a thread hand-off per event.
 # (group, version, plural) of the children the operator watches, the cache index each one fills (None:
@@ -40,6 +40,16 @@ CHILD_RESOURCES: tuple[tuple[str, str, str, str | None, bool], ...] = (
     ("rbac.authorization.k8s.io", "v1", "roles", None, True),
     ("rbac.authorization.k8s.io", "v1", "rolebindings", None, True),
 )
+
+
+def watched() -> list[relist.Watched]:
+    """Every watched resource as ``relist`` sweeps it: listed as its watch lists it."""
+    found = [relist.watched_owner(kind) for kind in kinds.ALL]
+    for group, version, plural, index_id, labelled in CHILD_RESOURCES:
+        resource = kube.Resource(f"{group}/{version}" if group else version, plural)
+        kind = next(k for k, r in kube.BY_KIND.items() if r == resource)
+        found.append(relist.Watched(resource, kind, index_id, kinds.MANAGED_SELECTOR if labelled else None))
+    return found
 
 
 def register(
@@ -69,6 +79,7 @@ def _register_child(
 ) -> None:
     async def child_event(event: kopf.RawEvent, body: kopf.Body, **kwargs: Any) -> None:
         _bind(runtime, kwargs)
+        runtime.listed(event.get("type"), body)
         runtime.child_event(body, deleted=event.get("type") == "DELETED")
 
     kopf.on.event(*selector, id=f"child-{plural}", registry=registry)(child_event)
@@ -79,26 +90,21 @@ def _register_child(
     async def index(body: kopf.Body, **_: Any) -> Mapping[Any, Any] | None:
         return index_function(body)
 
-    kopf.index(*selector, id=_index_handler_id(index_id, plural), registry=registry)(index)
+    kopf.index(*selector, id=cache.handler_id(index_id, plural), registry=registry)(index)
 
 
 def _register_owner(registry: kopf.OperatorRegistry, runtime: engine.Engine, kind: kinds.Kind) -> None:
     async def owner_event(event: kopf.RawEvent, body: kopf.Body, **kwargs: Any) -> None:
         _bind(runtime, kwargs)
+        runtime.listed(event.get("type"), body)
         runtime.owner_event(kind, event.get("type"), body)
 
     async def claims(body: kopf.Body, **_: Any) -> Mapping[Any, Any] | None:
         return cache.index_owner_claims(body)
 
     selector = (base.GROUP, base.VERSION, kind.plural)
-    kopf.index(*selector, id=_index_handler_id(cache.OWNERS_BY_CLAIM, kind.plural), registry=registry)(claims)
+    kopf.index(*selector, id=cache.handler_id(cache.OWNERS_BY_CLAIM, kind.plural), registry=registry)(claims)
     kopf.on.event(*selector, id=f"owner-{kind.plural}", registry=registry)(owner_event)
-
-
-def _index_handler_id(index_id: str, plural: str) -> str:
-    # One kopf index per handler id. Several resources may fill one cache index (OWNERS_BY_CLAIM):
-    # each gets its own kopf index, and the cache reads them together.
-    return f"{index_id}__{plural}"
 
 
 def _bind(runtime: engine.Engine, indexes: Mapping[str, Any]) -> None:

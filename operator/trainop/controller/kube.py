@@ -41,6 +41,8 @@ REQUEST_TIMEOUT_SECONDS = 30.0
 #: Pauses before retrying a request that got 429, a 5xx or a refused/reset connection.
 RETRY_DELAYS_SECONDS = (0.2, 0.5, 1.0)
 _MAX_RETRY_AFTER_SECONDS = 2.0
+#: Objects per page of a LIST.
+LIST_PAGE = 500
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,17 +200,27 @@ class Kube:
                 return None
             raise
 
-    async def list(self, resource: Resource, namespace: str, *, label_selector: str) -> list[dict[str, Any]]:
-        """Objects matching ``label_selector`` (server-side); [] when the resource type is not installed."""
-        try:
-            data = await self.request(
-                "GET", resource.path(namespace), query={"labelSelector": label_selector}
-            )
-        except ApiError as error:
-            if error.status == 404:
-                return []
-            raise
-        return list(data.get("items") or [])
+    async def list(
+        self, resource: Resource, namespace: str, *, label_selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Objects matching ``label_selector`` (server-side; None: all), fetched LIST_PAGE at a time; []
+        when the resource type is not installed."""
+        items: list[dict[str, Any]] = []
+        query = {"limit": str(LIST_PAGE)}
+        if label_selector is not None:
+            query["labelSelector"] = label_selector
+        while True:
+            try:
+                data = await self.request("GET", resource.path(namespace), query=query)
+            except ApiError as error:
+                if error.status == 404:
+                    return []
+                raise
+            items.extend(data.get("items") or [])
+            token = (data.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+            query["continue"] = token
 
     async def create(self, resource: Resource, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
         return await self.request(

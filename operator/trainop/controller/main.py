@@ -27,7 +27,7 @@ from typing import Any
 import kopf
 from kopf._core.engines import peering as kopf_peering  # Identity: kopf.operator's type, not re-exported
 
-from trainop.controller import cache, engine, handlers, kube, metrics, options, reconcile
+from trainop.controller import cache, engine, handlers, kube, metrics, options, reconcile, relist
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,11 @@ async def serve(
     """The operator as a coroutine (embeddable: pass ``stop_flag`` to stop it)."""
     client = await kube.Kube.connect(kubeconfig)
     children = cache.Cache()
-    runtime = engine.Engine(reconcile.Reconciler(client, children), children, num_workers=workers)
+    reconciler = reconcile.Reconciler(client, children)
+    runtime = engine.Engine(reconciler, children, num_workers=workers)
+    runtime.relists = relist.Relists(
+        client, children, reconciler.own_writes, watched=handlers.watched(), on_gone=runtime.gone
+    )
     registry = kopf.OperatorRegistry()
     settings = kopf.OperatorSettings()
     settings.posting.enabled = False  # our own Events (events.py); kopf's would repeat log lines

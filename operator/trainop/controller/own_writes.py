@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Hashable
+from typing import Any
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -81,6 +82,24 @@ class OwnWrites:
 
     def being_deleted(self, owner: Hashable) -> list[tuple[str, str]]:
         return sorted(self._deleting.get(owner, ()))
+
+    def children_of_kind(self, kind: str) -> list[tuple[Any, str, str]]:
+        """(owner, name, uid) of every child of this kind recorded (for ``relist``; its owners are
+        ``reconcile.OwnerKey`` objects, which have a namespace)."""
+        return [
+            (owner, name, written.uid)
+            for owner, children in self._owners.items()
+            for (child_kind, name), written in children.items()
+            if child_kind == kind
+        ]
+
+    def forget_child(self, kind: str, namespace: str, name: str, uid: str) -> None:
+        """Forget what we wrote to this incarnation of a child (gone without a DELETED event: ``relist``),
+        so that the next reconcile writes it again."""
+        for owner, children in self._owners.items():
+            written = children.get((kind, name))
+            if written is not None and written.uid == uid and getattr(owner, "namespace", None) == namespace:
+                del children[(kind, name)]
 
     def forget(self, owner: Hashable) -> None:
         self._owners.pop(owner, None)

@@ -12,8 +12,8 @@ from trainop.controller import cache, engine, kinds, own_writes, reconcile
 
 # The owners-by-claim index as kopf would hold it: mlp uses the user's claim "shared-data".
 CLAIM_USERS = {
-    ("team-a", "shared-data"): [("TrainingJob", "mlp")],
-    ("team-a", "mlp-ckpt"): [("TrainingJob", "mlp")],
+    ("team-a", "shared-data"): [cache.OwnerRecord("TrainingJob", "mlp", "uid-mlp")],
+    ("team-a", "mlp-ckpt"): [cache.OwnerRecord("TrainingJob", "mlp", "uid-mlp")],
 }
 
 
