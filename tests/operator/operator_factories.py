@@ -93,3 +93,29 @@ def manifest(
     body = job(name, namespace, spec=spec, uid=None, kind=kind)
     del body["metadata"]["generation"]
     return body
+
+
+def held_ray_pod(
+    name: str, job: str, attempt: int, *, owner_uid: str | None = None, grace_s: int = 120
+) -> dict[str, Any]:
+    """A Ray worker pod as KubeRay would make one for ``job``'s attempt, held by a finalizer once deleted
+    (no kubelet runs in the operator tier to confirm it stopped): deleting it leaves it Terminating for its
+    grace period, as a worker whose preStop hook is still checkpointing. ``owner_uid``: the owner
+    incarnation's label (``trainop.dev/owner-uid``)."""
+    labels = {
+        "app.kubernetes.io/managed-by": "trainop",
+        "trainop.dev/job": job,
+        "trainop.dev/attempt": str(attempt),
+        "ray.io/node-type": "worker",
+    }
+    if owner_uid is not None:
+        labels["trainop.dev/owner-uid"] = owner_uid
+    return {
+        "metadata": {"name": name, "labels": labels, "finalizers": ["trainop.test/hold"]},
+        "spec": {
+            "containers": [{"name": "ray-worker", "image": "ghcr.io/trainop/trainer:0.1.0"}],
+            "terminationGracePeriodSeconds": grace_s,
+            # Bound to a node: the apiserver deletes an unbound pod at once, without its grace period.
+            "nodeName": "node-gone",
+        },
+    }

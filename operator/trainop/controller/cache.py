@@ -169,24 +169,29 @@ def index_claim(body: Mapping[str, Any]) -> dict[Any, ClaimRecord]:
 class PodRecord:
     name: str
     uid: str
+    owner_uid: str  # the owner incarnation whose attempt made it ("": made before the label existed)
     problems: tuple[observe.Problem, ...]
     facts: tuple[failures.PodFact, ...]  # what would explain a failure of its attempt
     life: observe.PodLife  # whether its processes may still run, and until when
 
 
 def index_pod(body: Mapping[str, Any]) -> dict[Any, PodRecord] | None:
+    """A Ray pod under its owner's attempt, and under its owner's name (every attempt, every incarnation:
+    a new incarnation waits for a deleted namesake's pods)."""
     key = _owner_key(body)
-    attempt = (body["metadata"].get("labels") or {}).get(kinds.LABEL_ATTEMPT)
+    labels = body["metadata"].get("labels") or {}
+    attempt = labels.get(kinds.LABEL_ATTEMPT)
     if key is None or attempt is None:
         return None
     record = PodRecord(
         str(body["metadata"]["name"]),
         str(body["metadata"].get("uid") or ""),
+        str(labels.get(kinds.LABEL_OWNER_UID) or ""),
         observe.pod_problems([body]),
         failures.pod_facts(body),
         observe.pod_life(body),
     )
-    return {(*key, str(attempt)): record}
+    return {(*key, str(attempt)): record, key: record}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -299,24 +304,41 @@ class Cache:
         found.sort(key=lambda r: r.seen.being_deleted)
         return found[0] if found else None
 
-    def pod_problems(
-        self, namespace: str, kind: kinds.Kind, owner: str, attempt: int
-    ) -> tuple[observe.Problem, ...]:
+    def _pods(
+        self, namespace: str, kind: kinds.Kind, owner: str, attempt: int, *, owner_uid: str
+    ) -> list[PodRecord]:
         pods: list[PodRecord] = self._get(PODS, (namespace, kind.kind, owner, str(attempt)))
-        return tuple(problem for pod in sorted(pods, key=lambda p: p.name) for problem in pod.problems)
+        return sorted((p for p in pods if p.owner_uid in ("", owner_uid)), key=lambda p: p.name)
+
+    def pod_problems(
+        self, namespace: str, kind: kinds.Kind, owner: str, attempt: int, *, owner_uid: str
+    ) -> tuple[observe.Problem, ...]:
+        """Of this owner incarnation's attempt: its Ray pods' problems (a pod without the owner-uid label,
+        made before there was one, counts as this incarnation's)."""
+        pods = self._pods(namespace, kind, owner, attempt, owner_uid=owner_uid)
+        return tuple(problem for pod in pods for problem in pod.problems)
 
     def pod_facts(
-        self, namespace: str, kind: kinds.Kind, owner: str, attempt: int
+        self, namespace: str, kind: kinds.Kind, owner: str, attempt: int, *, owner_uid: str
     ) -> tuple[failures.PodFact, ...]:
-        pods: list[PodRecord] = self._get(PODS, (namespace, kind.kind, owner, str(attempt)))
-        return tuple(fact for pod in sorted(pods, key=lambda p: p.name) for fact in pod.facts)
+        pods = self._pods(namespace, kind, owner, attempt, owner_uid=owner_uid)
+        return tuple(fact for pod in pods for fact in pod.facts)
 
     def pod_lives(
-        self, namespace: str, kind: kinds.Kind, owner: str, attempt: int
+        self, namespace: str, kind: kinds.Kind, owner: str, attempt: int, *, owner_uid: str
     ) -> tuple[observe.PodLife, ...]:
         """The attempt's Ray pods whose processes may still run (``observe.PodLife``), by name."""
-        pods: list[PodRecord] = self._get(PODS, (namespace, kind.kind, owner, str(attempt)))
-        return tuple(sorted((pod.life for pod in pods if not pod.life.ended), key=lambda life: life.name))
+        pods = self._pods(namespace, kind, owner, attempt, owner_uid=owner_uid)
+        return tuple(pod.life for pod in pods if not pod.life.ended)
+
+    def namesake_pod_lives(
+        self, namespace: str, kind: kinds.Kind, owner: str, owner_uid: str
+    ) -> tuple[observe.PodLife, ...]:
+        """Ray pods labelled with this owner's name that another (deleted) incarnation made, and whose
+        processes may still run, by name."""
+        pods: list[PodRecord] = self._get(PODS, (namespace, kind.kind, owner))
+        others = (p for p in pods if p.owner_uid not in ("", owner_uid) and not p.life.ended)
+        return tuple(sorted((p.life for p in others), key=lambda life: life.name))
 
     def owners_of_claim(self, namespace: str, claim: str) -> list[tuple[str, str]]:
         """(kind, name) of every owner that creates or names this claim."""

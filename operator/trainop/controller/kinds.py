@@ -25,6 +25,9 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "trainop"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_ATTEMPT = "trainop.dev/attempt"
+# On an attempt's children (its RayJob, so its Ray pods): the uid of the owner incarnation that made them,
+# which the name label cannot tell from a deleted namesake's.
+LABEL_OWNER_UID = "trainop.dev/owner-uid"
 # The spec the operator last accepted (JSON, wire form): what the running children were built from.
 # Immutable-field changes are detected against it, and the job keeps running with it when refused.
 ANNOTATION_APPLIED_SPEC = "trainop.dev/applied-spec"

@@ -26,7 +26,10 @@ def labels(resource: manifest.Resource) -> dict[str, str]:
 
 
 def attempt_labels(resource: manifest.Resource, attempt: int) -> dict[str, str]:
-    return {**labels(resource), kinds.LABEL_ATTEMPT: str(attempt)}
+    found = {**labels(resource), kinds.LABEL_ATTEMPT: str(attempt)}
+    if resource.metadata.uid:
+        found[kinds.LABEL_OWNER_UID] = resource.metadata.uid
+    return found
 
 
 def owner_reference(resource: manifest.Resource) -> dict[str, Any]:

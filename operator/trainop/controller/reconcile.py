@@ -268,7 +268,8 @@ class Reconciler:
         starting = raw_status.get("phase") in (Phase.PENDING.value, Phase.PROVISIONING.value) and attempt > 0
         claim_name = kinds.claim_name(verdict.resource) if verdict.resource is not None else None
 
-        ray_jobs = self._cache.ray_jobs(key.namespace, kind, key.name)
+        owner_at = (key.namespace, kind, key.name)
+        ray_jobs = self._cache.ray_jobs(*owner_at)
         observations = {r.seen.name: r.observation for r in ray_jobs if owner_uid in r.seen.owner_uids}
         observations = {
             name: self._with_cluster_problems(key.namespace, ray) for name, ray in observations.items()
@@ -282,25 +283,28 @@ class Reconciler:
             claim=(observe.claim(claim_name, None) if claim is None else claim.for_owner(owner_uid))
             if claim_name
             else None,
-            pod_problems=self._cache.pod_problems(key.namespace, kind, key.name, attempt) if starting else (),
+            pod_problems=self._cache.pod_problems(key.namespace, kind, key.name, attempt, owner_uid=owner_uid)
+            if starting
+            else (),
             create_errors=dict(self._create_errors.get(key, {})),
             foreign_ray_jobs=frozenset(r.seen.name for r in ray_jobs if owner_uid not in r.seen.owner_uids),
             leftovers=tuple(leftovers),
             attempt_pods={
                 earlier: lives
                 for earlier in (attempt - 1, attempt)
-                if earlier > 0 and (lives := self._cache.pod_lives(key.namespace, kind, key.name, earlier))
+                if earlier > 0 and (lives := self._cache.pod_lives(*owner_at, earlier, owner_uid=owner_uid))
             },
+            namesake_pods=self._cache.namesake_pod_lives(key.namespace, kind, key.name, owner_uid),
             storage_check=_storage_check(raw_status),
             worker_failures=_trainer_record(raw_status, "workerFailures", trainingjob.WorkerFailures),
             progress=_trainer_record(raw_status, "progress", trainingjob.Progress),
-            pod_facts=self._remember_pod_facts(key, kind, attempt),
+            pod_facts=self._remember_pod_facts(key, kind, owner_uid, attempt),
             raw_ttl_seconds_after_finished=_raw_spec(body).get("ttlSecondsAfterFinished"),
         )
         return _Read(owner_uid, attempt, observed, ray_jobs, claim)
 
     def _remember_pod_facts(
-        self, key: OwnerKey, kind: kinds.Kind, attempt: int
+        self, key: OwnerKey, kind: kinds.Kind, owner_uid: str, attempt: int
     ) -> tuple[failures.PodFact, ...]:
         """The failure facts of this attempt's pods seen so far by this process, the cache's added."""
         if attempt <= 0:
@@ -308,7 +312,8 @@ class Reconciler:
         kept_attempt, kept = self._pod_facts.get(key, (attempt, ()))
         if kept_attempt != attempt:
             kept = ()
-        facts = failures.remember(kept, self._cache.pod_facts(key.namespace, kind, key.name, attempt))
+        seen = self._cache.pod_facts(key.namespace, kind, key.name, attempt, owner_uid=owner_uid)
+        facts = failures.remember(kept, seen)
         self._pod_facts[key] = (attempt, facts)
         return facts
 

@@ -97,6 +97,9 @@ class Observed:
     # waits until no pod of an earlier one may run, whose workers may still be writing the checkpoint it
     # resumes from (the preStop hook's, within the pods' grace period).
     attempt_pods: Mapping[int, tuple[observe.PodLife, ...]] = dataclasses.field(default_factory=dict)
+    # Ray pods under this owner's name that a deleted incarnation of it made and that may still run: its
+    # checkpoint claim outlives it (a namesake adopts it), so they may still be writing into it.
+    namesake_pods: tuple[observe.PodLife, ...] = ()
     # The trainer driver's start-up check of the checkpoint storage (status.storage), read only: with
     # checkpoint.storage.s3 it is what StorageReady says (``conditions.object_storage``).
     storage_check: trainingjob.StorageStatus | None = None
@@ -650,6 +653,12 @@ class _Evaluation:
         if self.observed.leftovers:
             gone = ", ".join(self.observed.leftovers)
             return "WaitingForDeletion", f"{gone} of a deleted {kind} of the same name to be deleted"
+        namesakes = [life for life in self.observed.namesake_pods if life.may_run(self.now)]
+        if namesakes:
+            return "WaitingForDeletion", (
+                f"the Ray pods of a deleted {kind} of the same name to stop "
+                f"({self._wake_at_deadline(namesakes)}; they may still be writing into its claim)"
+            )
         for earlier, lives in sorted(self.observed.attempt_pods.items()):
             if self._failed_ungracefully(earlier):
                 # A rank died (its process, its node) or stalled: no graceful checkpoint of that attempt can
@@ -658,17 +667,21 @@ class _Evaluation:
                 continue
             running = [life for life in lives if earlier < attempt and life.may_run(self.now)]
             if running:
-                # Pod events wake the owner as they go; a lost node's pod sends none: wake at its deadline.
-                dues = [life.deletion_due for life in running if life.deletion_due is not None]
-                if dues:
-                    self.requeues.append(max((min(dues) - self.now).total_seconds(), 0.0) + 1.0)
-                more = f" and {len(running) - 1} more" if len(running) > 1 else ""
                 return (
                     "WaitingForPreviousAttempt",
-                    f"the Ray pods of attempt {earlier} to stop ({running[0].name}{more}; they may still be "
-                    "writing the checkpoint this attempt resumes from)",
+                    f"the Ray pods of attempt {earlier} to stop ({self._wake_at_deadline(running)}; they may "
+                    "still be writing the checkpoint this attempt resumes from)",
                 )
         return None
+
+    def _wake_at_deadline(self, running: list[observe.PodLife]) -> str:
+        """Names the pods awaited; their events wake the owner as they go, but a lost node's pod sends
+        none: a requeue wakes it at the first deletion deadline."""
+        dues = [life.deletion_due for life in running if life.deletion_due is not None]
+        if dues:
+            self.requeues.append(max((min(dues) - self.now).total_seconds(), 0.0) + 1.0)
+        more = f" and {len(running) - 1} more" if len(running) > 1 else ""
+        return f"{running[0].name}{more}"
 
     def _failed_ungracefully(self, attempt: int) -> bool:
         return any(f.attempt == attempt and f.reason != FailureReason.PREEMPTED for f in self.status.failures)

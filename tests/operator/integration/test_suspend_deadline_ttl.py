@@ -84,27 +84,7 @@ def test_resume_waits_for_the_previous_attempts_pods_which_may_still_be_writing_
     wait_for(lambda: ray_jobs(api, namespace), lambda names: names == ["mlp-a1"], what="RayJob a1")
     kuberay.run(namespace, "mlp-a1")
     wait_phase(api, namespace, "Running")
-    pod = api.create(
-        api.core(namespace, "pods"),
-        {
-            "metadata": {
-                "name": "mlp-a1-workers-worker-x",
-                "labels": {
-                    "app.kubernetes.io/managed-by": "trainop",
-                    "trainop.dev/job": "mlp",
-                    "trainop.dev/attempt": "1",
-                    "ray.io/node-type": "worker",
-                },
-                "finalizers": ["trainop.test/hold"],
-            },
-            "spec": {
-                "containers": [{"name": "ray-worker", "image": "ghcr.io/trainop/trainer:0.1.0"}],
-                "terminationGracePeriodSeconds": 120,
-                # Bound to a node: the apiserver deletes an unbound pod at once, without its grace period.
-                "nodeName": "node-gone",
-            },
-        },
-    )
+    pod = api.create(api.core(namespace, "pods"), factories.held_ray_pod("mlp-a1-workers-worker-x", "mlp", 1))
     pod_path = api.core(namespace, "pods", pod["metadata"]["name"])
 
     apply(factories.manifest("mlp", namespace, spec={"suspend": True}))

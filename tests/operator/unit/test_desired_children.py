@@ -459,13 +459,15 @@ def test_metrics_ports_that_collide_with_ray_or_overflow_are_refused_naming_the_
 
 
 @pytest.mark.parametrize("group", ["head", "worker"])
-def test_ray_pods_are_labelled_with_job_and_attempt(group: str) -> None:
+def test_ray_pods_are_labelled_with_job_incarnation_and_attempt(group: str) -> None:
     labels = pods(job_children(attempt=5)["RayJob"])[group]["metadata"]["labels"]
     assert labels == {
         "app.kubernetes.io/managed-by": "trainop",
         "app.kubernetes.io/component": "trainer",
         "trainop.dev/job": "mlp",
         "trainop.dev/attempt": "5",
+        # a deleted namesake's pods carry the same name: the uid tells them apart (cache.namesake_pod_lives)
+        "trainop.dev/owner-uid": "0f0e0d0c-0000-4000-8000-000000000001",
     }
 
 

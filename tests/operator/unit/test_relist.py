@@ -176,3 +176,40 @@ async def test_only_a_listing_opens_a_wave_and_its_sweep_waits_until_the_listing
     await asyncio.sleep(0.2)
     assert relists.sweeps == 1
     await runtime.stop()
+
+
+def pod(name: str, attempt: int, owner_uid: str | None, phase: str = "Running") -> dict[str, Any]:
+    labels = {"trainop.dev/job": "mlp", "trainop.dev/attempt": str(attempt)}
+    if owner_uid is not None:
+        labels["trainop.dev/owner-uid"] = owner_uid
+    status = {"phase": phase}
+    if phase == "Failed":
+        terminated = {"reason": "OOMKilled", "exitCode": 137}
+        status["containerStatuses"] = [{"name": "ray-worker", "state": {"terminated": terminated}}]  # type: ignore[list-item]
+    return {
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, "uid": f"u-{name}", "labels": labels},
+        "status": status,
+    }
+
+
+def test_pods_are_told_apart_by_the_owner_incarnation_that_made_them() -> None:
+    """A deleted namesake's attempt-1 pods are not the new job's attempt 1: their facts and problems are not
+    its own, and while they may run they hold its first RayJob back. A pod made before the owner-uid label
+    existed counts as the asking incarnation's."""
+    index: dict[Any, list[Any]] = {}
+    for body in (
+        pod("old-a1-w", 1, "u-old", phase="Failed"),
+        pod("old-a2-w", 2, "u-old"),
+        pod("new-a1-w", 1, "u-new"),
+        pod("unlabelled-a1-w", 1, None),
+    ):
+        for key, record in (cache.index_pod(body) or {}).items():
+            index.setdefault(key, []).append(record)
+    children = cache.Cache({cache.PODS: index})
+    lives = children.pod_lives(NS, kinds.TRAINING_JOB, "mlp", 1, owner_uid="u-new")
+    assert [life.name for life in lives] == ["new-a1-w", "unlabelled-a1-w"]
+    assert children.pod_facts(NS, kinds.TRAINING_JOB, "mlp", 1, owner_uid="u-new") == ()
+    assert children.pod_facts(NS, kinds.TRAINING_JOB, "mlp", 1, owner_uid="u-old") != ()
+    namesakes = children.namesake_pod_lives(NS, kinds.TRAINING_JOB, "mlp", "u-new")
+    assert [life.name for life in namesakes] == ["old-a2-w"]  # old-a1-w Failed: nothing runs there

@@ -88,6 +88,20 @@ def test_a_namesakes_child_being_deleted_holds_the_rayjob_back_and_is_named() ->
     assert "Role mlp-trainer of a deleted TrainingJob" in condition(transition, conditions.RUNNING)[2]
 
 
+def test_a_new_job_waits_for_its_deleted_namesakes_ray_pods_which_may_still_write_into_its_claim() -> None:
+    due = NOW + datetime.timedelta(seconds=30)
+    pods = (observe.PodLife("mlp-a3-worker-y", False, due), observe.PodLife("mlp-a3-head-x", ended=False))
+    waiting = decide(factories.job(), namesake_pods=pods)
+    assert waiting.create_ray_job is False
+    _, reason, message = condition(waiting, conditions.RUNNING)
+    assert reason == "WaitingForDeletion"
+    assert "a deleted TrainingJob of the same name to stop (mlp-a3-worker-y and 1 more;" in message
+    assert waiting.requeue_after == 31.0  # a lost node's pod sends no event at its deadline
+    past = observe.PodLife("mlp-a3-worker-y", False, NOW - datetime.timedelta(seconds=1))
+    ended = observe.PodLife("mlp-a3-head-x", ended=True)
+    assert decide(factories.job(), namesake_pods=(past, ended)).create_ray_job is True
+
+
 def test_a_new_attempt_waits_for_the_pods_of_the_previous_one_which_may_still_be_checkpointing() -> None:
     """Resumed (suspend: false) while attempt 1's workers still run their preStop checkpoint: attempt 2's
     rank 0 would clear their half-written step directory as stale, and both would write the status."""
