@@ -12,7 +12,8 @@ spot: it would skip applying a ServiceAccount that is gone.
 **When.** A listing shows itself as events of type None (kopf's convention for listed objects). The first
 one opens a *wave*; the wave closes once no listed object has come for ``quiet_s`` seconds (kopf yields a
 listing's pages back to back). Then every namespace the wave listed objects in is *swept*; an apiserver
-restart re-lists every resource at once, so one wave covers them all.
+restart re-lists every resource at once, so one wave covers them all. A wave that opens before any watch
+event came is the operator's start: it filled empty indexes, so it left no ghost, and it is not swept.
 
 **How.** For each watched resource and swept namespace: one LIST (paged, with the watch's label
 selector) of what exists now; every index entry (and own-writes record) whose uid the LIST lacks is a
@@ -79,6 +80,7 @@ class Gone:
 
 @dataclasses.dataclass
 class _Wave:
+    at_start: bool  # opened before any watch event: the start's listing
     namespaces: set[str] = dataclasses.field(default_factory=set)
     last_listed: float = 0.0
 
@@ -103,17 +105,20 @@ class Relists:
         self._quiet_s = quiet_s
         self._retry_delays_s = tuple(retry_delays_s)
         self._wave: _Wave | None = None
+        self._watching = False  # a watch event (not a listed object) was seen
         self._task: asyncio.Task[None] | None = None
-        #: Sweeps done and objects dropped, for the logs and the tests.
+        #: Listings seen, sweeps done and objects dropped, for the logs and the tests.
+        self.waves = 0
         self.sweeps = 0
         self.dropped = 0
 
     def event(self, event_type: str | None, body: Mapping[str, Any]) -> None:
         """Every watch event of every watched resource; a listed one (type None) opens or extends a wave."""
         if event_type is not None:
+            self._watching = True
             return
         if self._wave is None:
-            self._wave = _Wave()
+            self._wave = _Wave(at_start=not self._watching)
         self._wave.namespaces.add(str(body["metadata"].get("namespace")))
         self._wave.last_listed = time.monotonic()
         if self._task is None or self._task.done():
@@ -135,8 +140,10 @@ class Relists:
                 if quiet_for < self._quiet_s:
                     await asyncio.sleep(self._quiet_s - quiet_for)
                     continue
-                pending |= wave.namespaces
                 self._wave = None
+                self.waves += 1
+                if not wave.at_start:  # the start's listing filled empty indexes: it left no ghost
+                    pending |= wave.namespaces
             if not pending:
                 return
             try:

@@ -163,18 +163,32 @@ async def test_an_own_write_of_a_child_gone_is_forgotten_so_the_next_reconcile_a
 async def test_only_a_listing_opens_a_wave_and_its_sweep_waits_until_the_listing_is_quiet() -> None:
     apiserver, _, runtime, relists = build()
     body = {"metadata": {"name": "x", "namespace": NS, "uid": "u"}}
-    for event_type in ("ADDED", "MODIFIED", "DELETED"):
+    runtime.listed(None, body)  # the start's listing: it filled empty indexes, there is nothing to sweep
+    await asyncio.sleep(0.15)
+    assert (relists.waves, relists.sweeps, apiserver.requests) == (1, 0, [])
+
+    for event_type in ("ADDED", "MODIFIED", "DELETED"):  # watching: none of these opens a wave
         runtime.listed(event_type, body)
     await asyncio.sleep(0.15)
-    assert relists.sweeps == 0 and not apiserver.requests
+    assert relists.waves == 1
 
-    runtime.listed(None, body)
+    runtime.listed(None, body)  # a re-list
     await asyncio.sleep(0.02)
     runtime.listed(None, body)  # still listing: the sweep waits
     await asyncio.sleep(0.02)
     assert relists.sweeps == 0
     await asyncio.sleep(0.2)
-    assert relists.sweeps == 1
+    assert (relists.waves, relists.sweeps) == (2, 1)
+    await runtime.stop()
+
+
+async def test_a_listing_after_a_start_that_listed_nothing_is_swept() -> None:
+    _, _, runtime, relists = build()
+    body = {"metadata": {"name": "x", "namespace": NS, "uid": "u"}}
+    runtime.listed("ADDED", body)  # the start listed nothing; a job was created since
+    runtime.listed(None, body)  # then a re-list
+    await asyncio.sleep(0.15)
+    assert (relists.waves, relists.sweeps) == (1, 1)
     await runtime.stop()
 
 
