@@ -85,12 +85,14 @@ def test_a_user_entrypoint_may_optimise_its_own_metric() -> None:
     space.validate(spec)
 
 
-def test_randint_needs_integer_bounds() -> None:
-    spec = sweep_spec(
-        searchSpace={"hyperparameters.batchSizePerWorker": {"type": "randint", "lower": 8, "upper": 16.5}}
-    )
-    with pytest.raises(space.SearchSpaceError, match=r"randint needs integer lower and upper"):
-        space.validate(spec)
+def test_randint_with_a_fractional_bound_is_refused_by_the_api_model_before_the_driver_runs() -> None:
+    with pytest.raises(pydantic.ValidationError) as caught:
+        sweep_spec(
+            searchSpace={"hyperparameters.batchSizePerWorker": {"type": "randint", "lower": 8, "upper": 16.5}}
+        )
+    assert [e["msg"].removeprefix("Value error, ") for e in caught.value.errors()] == [
+        tuningsweep.RANDINT_NEEDS_WHOLE_BOUNDS
+    ]
 
 
 def generated(spec: tuningsweep.TuningSweepSpec) -> list[dict[str, Any]]:

@@ -105,7 +105,7 @@ def test_top_level_fields_are_no_parameter(path: str) -> None:
 
 def test_every_fixed_field_is_a_field_of_the_template() -> None:
     """A misspelt entry would refuse nothing and leave the real field open."""
-    paths = set(tuningsweep._scalar_paths(trainingjob.TrainingJobSpec))
+    paths = set(tuningsweep._scalar_fields(trainingjob.TrainingJobSpec))
     assert set(tuningsweep.FIXED_TEMPLATE_FIELDS) <= paths
     for prefix in tuningsweep.FIXED_TEMPLATE_SECTIONS:
         assert any(path.startswith(prefix) for path in paths), prefix
@@ -121,3 +121,92 @@ def test_no_parameter_path_reaches_into_a_list() -> None:
         assert f'k.startsWith("{prefix}")' in fixed[0]
     for field in tuningsweep.FIXED_TEMPLATE_FIELDS:
         assert f'"{field}"' in fixed[0]
+
+
+# ------------------------------------------------------- values a searchSpace entry draws fit their field
+@pytest.mark.parametrize(
+    ("path", "distribution", "said"),
+    [
+        (
+            "hyperparameters.maxSteps",
+            {"type": "choice", "values": [100, "200"]},
+            "hyperparameters.maxSteps (choice) can draw '200', which spec.template.hyperparameters.maxSteps "
+            "refuses (must be a valid integer): draw only values the field takes",
+        ),
+        (
+            "hyperparameters.optimizer",
+            {"type": "grid", "values": ["adam", "lamb"]},
+            "hyperparameters.optimizer (grid) can draw 'lamb', which spec.template.hyperparameters.optimizer "
+            "refuses (must be 'sgd', 'adamw' or 'adam'): draw only values the field takes",
+        ),
+        (
+            "hyperparameters.maxSteps",
+            {"type": "randint", "lower": 0, "upper": 10},
+            "hyperparameters.maxSteps (randint) can draw 0, which spec.template.hyperparameters.maxSteps "
+            "refuses (must be greater than or equal to 1): draw only values the field takes",
+        ),
+        (
+            "hyperparameters.gradientAccumulationSteps",
+            {"type": "uniform", "lower": 1, "upper": 8},
+            "hyperparameters.gradientAccumulationSteps (uniform) can draw 1.0, but "
+            "spec.template.hyperparameters.gradientAccumulationSteps takes integers: use randint or choice",
+        ),
+        (
+            "network.probe",
+            {"type": "randint", "lower": 0, "upper": 2},
+            "network.probe (randint) can draw 0, which spec.template.network.probe refuses "
+            "(must be a valid boolean): draw only values the field takes",
+        ),
+    ],
+    ids=[
+        "choice-string-for-integer",
+        "grid-unknown-enum",
+        "randint-below-minimum",
+        "uniform-on-integer",
+        "randint-on-boolean",
+    ],
+)
+def test_a_value_the_trials_template_would_refuse_is_refused_by_the_sweep(
+    path: str, distribution: dict[str, Any], said: str
+) -> None:
+    """Caught by `trainop validate` and the operator's acceptance, not by the trial that draws it."""
+    assert refusal(body(search_space={path: distribution})) == said
+
+
+def test_a_uniform_reaching_past_the_fields_maximum_is_refused() -> None:
+    message = refusal(
+        body(
+            search_space={"hyperparameters.learningRate": {"type": "loguniform", "lower": 1e-4, "upper": 11}}
+        )
+    )
+    assert (
+        "which spec.template.hyperparameters.learningRate refuses (must be less than or equal to 10)"
+        in message
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "distribution"),
+    [
+        ("hyperparameters.learningRate", {"type": "choice", "values": [0.1, 1]}),  # an integer is a number
+        ("hyperparameters.momentum", {"type": "uniform", "lower": 0.5, "upper": 1.0}),  # 1.0 is never drawn
+        ("hyperparameters.batchSizePerWorker", {"type": "choice", "values": [16, "auto"]}),
+        ("hyperparameters.maxSteps", {"type": "randint", "lower": 1, "upper": 100}),
+        ("nccl.NCCL_ALGO", {"type": "choice", "values": ["Ring", 3]}),  # written as strings
+    ],
+)
+def test_values_the_field_takes_are_admitted(path: str, distribution: dict[str, Any]) -> None:
+    tuningsweep.TuningSweepSpec.model_validate(body(search_space={path: distribution}), by_alias=True)
+
+
+def test_randint_with_a_fractional_bound_is_refused_with_its_crd_twin() -> None:
+    assert (
+        refusal(
+            body(search_space={"hyperparameters.maxSteps": {"type": "randint", "lower": 1, "upper": 9.5}})
+        )
+        == tuningsweep.RANDINT_NEEDS_WHOLE_BOUNDS
+    )
+    crd = yaml.safe_load((ROOT / "crds" / "trainop.dev_tuningsweeps.yaml").read_text())
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    rules = spec["properties"]["searchSpace"]["additionalProperties"]["x-kubernetes-validations"]
+    assert tuningsweep.RANDINT_NEEDS_WHOLE_BOUNDS in [r["message"] for r in rules]

@@ -81,6 +81,15 @@ LABEL_VALUE_HINT = (
     "ending with a letter or digit, e.g. NVIDIA-H100-80GB-HBM3"
 )
 
+# Kubernetes stores integers as int64: the apiserver reads a larger number as a float, which an integer field
+# refuses. Every integer field of the models is held to it (ApiModel).
+MIN_INT64 = -(2**63)
+MAX_INT64 = 2**63 - 1
+BEYOND_INT64 = (
+    f"{{value}} is beyond the integers Kubernetes stores (int64, {MIN_INT64} to {MAX_INT64}): use a "
+    "smaller number"
+)
+
 Quantity = Annotated[str, pydantic.Field(pattern=QUANTITY_PATTERN)]
 LabelValue = Annotated[str, pydantic.Field(pattern=LABEL_VALUE_PATTERN)]
 
@@ -98,6 +107,16 @@ class ApiModel(pydantic.BaseModel):
         validate_assignment=True,
         use_enum_values=False,
     )
+
+    @pydantic.field_validator("*", mode="after")
+    @classmethod
+    def _within_int64(cls, value: Any) -> Any:
+        # Every integer field of every model, one rule: the apiserver keeps integers as int64 and reads a
+        # larger one as a float, which it refuses in an integer field (its own message, naming the field).
+        # Fields with a narrower range refuse such a value first, with their own bound.
+        if isinstance(value, int) and not isinstance(value, bool) and not MIN_INT64 <= value <= MAX_INT64:
+            raise ValueError(BEYOND_INT64.format(value=value))
+        return value
 
     def to_wire(self) -> dict[str, Any]:
         """Serialise with camelCase names and without unset optional fields (what goes to the API)."""

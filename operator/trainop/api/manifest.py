@@ -76,6 +76,32 @@ OPERATOR_ONLY_RULES: tuple[OperatorOnlyRule, ...] = (
         "CEL cannot see (untyped items)",
         example="41-sweep-grid-size-mismatch.yaml",
     ),
+    OperatorOnlyRule(
+        rule="TrainingJob and TuningSweep template: workload.config of a built-in model holds only the keys "
+        "the model reads (model_config.KEYS)",
+        why_not_in_the_crd="workload.config is free-form for an entrypoint or a Ray Train function, and CEL "
+        "cannot see the keys of a free-form map (x-kubernetes-preserve-unknown-fields)",
+        example="82-model-config-unknown-key.yaml",
+    ),
+    OperatorOnlyRule(
+        rule="TrainingJob and TuningSweep template: each workload.config key of a built-in model is a "
+        "positive integer (dropout: a number from 0 up to 1)",
+        why_not_in_the_crd="the values of a free-form map are invisible to CEL, and a schema for them would "
+        "type an entrypoint's own keys of the same names too",
+        example="83-model-config-wrong-type.yaml",
+    ),
+    OperatorOnlyRule(
+        rule="TrainingJob and TuningSweep template: the mlp on dataset kind digits has inputDim 64",
+        why_not_in_the_crd="inputDim is a key of the free-form workload.config, which CEL cannot see",
+        example="84-digits-with-input-dim.yaml",
+    ),
+    OperatorOnlyRule(
+        rule="TuningSweep: every value a searchSpace entry can draw fits the type and range of the template "
+        "field it sets",
+        why_not_in_the_crd="choice and grid values are untyped items, which CEL cannot see, and the fields' "
+        "types and ranges would have to be copied into the rule for every parameter path",
+        example="87-sweep-choice-value-wrong-type.yaml",
+    ),
 )
 
 

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 import pydantic
 from pydantic import alias_generators
 
-from trainop.api import base, cel, experiment, operator_status
+from trainop.api import base, cel, experiment, model_config, operator_status
 
 # Defined once in operator_status (both kinds share them); named here too, where a job's users look.
 Phase = operator_status.Phase
@@ -256,6 +256,8 @@ MODEL_DATA: tuple[tuple[frozenset[BuiltinModel], str, tuple[DatasetKind, ...]], 
         (DatasetKind.SYNTHETIC, DatasetKind.DIGITS),
     ),
 )
+#: The features of dataset kind digits (scikit-learn's 8x8 images): the mlp's inputDim on it.
+DIGITS_FEATURES = 64
 MODEL_DATASET_MISMATCH = (
     "workload.dataset.kind {kind} does not fit model {model}, which trains on {what}: use {allowed}"
 )
@@ -340,10 +342,32 @@ class Workload(base.ApiModel):
     dataset.path inside the pods (for example on the checkpoint volume)."""
     config: dict[str, Any] = pydantic.Field(
         default_factory=dict,
-        description="Free-form settings: for gpt-small/gpt-tiny vocabSize, numLayers, numHeads, embedDim, "
-        "dropout; for mlp inputDim, hiddenDim, numLayers; for an entrypoint, whatever it reads from "
+        description="Settings of the workload. For a built-in model only the keys it reads, each a positive "
+        "integer but dropout (a number in [0, 1)): the gpt models vocabSize, numLayers, numHeads, embedDim, "
+        "dropout; bert-base those and maskTokenId; vit-b16 patchSize, numLayers, numHeads, embedDim, mlpDim; "
+        "mlp inputDim, hiddenDim, numLayers (inputDim is 64 with dataset kind digits); resnet18 and resnet50 "
+        "none. Any other key is refused, naming it. For an entrypoint, free-form: whatever it reads from "
         "ctx.config; for rayTrain, the train_loop_config its function receives.",
     )
+
+    @pydantic.field_validator("config", mode="after")
+    @classmethod
+    def _config_fits_the_model(cls, config: dict[str, Any], info: pydantic.ValidationInfo) -> dict[str, Any]:
+        model = info.data.get("model")
+        if model is None:  # an entrypoint's or a Ray Train function's: free-form (or model itself is wrong)
+            return config
+        found = model_config.problem(model.value, config)
+        if found is not None:
+            raise ValueError(found)
+        dataset = info.data.get("dataset")
+        input_dim = config.get(model_config.Key.INPUT_DIM.value)
+        digits = dataset is not None and dataset.kind == DatasetKind.DIGITS
+        if digits and input_dim not in (None, DIGITS_FEATURES):
+            raise ValueError(
+                f"workload.config.inputDim is {DIGITS_FEATURES} with dataset kind digits (8x8 images), not "
+                f"{input_dim}: remove it"
+            )
+        return config
 
     @pydantic.model_validator(mode="after")
     def _exactly_one(self) -> Workload:

@@ -9,6 +9,9 @@ dotted paths into the template (``hyperparameters.learningRate``) or NCCL variab
 from __future__ import annotations
 
 import enum
+import functools
+import json
+import math
 import typing
 from typing import Annotated, Any, Literal
 
@@ -40,6 +43,8 @@ METRIC_NOT_REPORTED = (
     + "), or report it from a workload.entrypoint"
 )
 GRID_NEEDS_GRID_ALGORITHM = "searchSpace type grid needs algorithm grid"
+# Tune's randint draws integers between the bounds; a fractional bound would be truncated silently.
+RANDINT_NEEDS_WHOLE_BOUNDS = "randint needs whole-number lower and upper (upper excluded), e.g. 1 and 9"
 MAX_SEARCH_SPACE_KEYS = 32
 
 
@@ -80,6 +85,11 @@ class Distribution(base.ApiModel):
                     "rule": "self.type != 'loguniform' || (has(self.lower) && self.lower > 0.0)",
                     "message": "loguniform needs lower > 0",
                 },
+                cel.rule(
+                    "self.type != 'randint' || !has(self.lower) || !has(self.upper) || "
+                    "(self.lower == double(int(self.lower)) && self.upper == double(int(self.upper)))",
+                    RANDINT_NEEDS_WHOLE_BOUNDS,
+                ),
             ]
         }
     )
@@ -116,7 +126,22 @@ class Distribution(base.ApiModel):
                 raise ValueError(f"{self.type.value} needs lower < upper")
             if self.type == DistributionKind.LOGUNIFORM and self.lower <= 0:
                 raise ValueError("loguniform needs lower > 0")
+            if self.type == DistributionKind.RANDINT and not (
+                self.lower.is_integer() and self.upper.is_integer()
+            ):
+                raise ValueError(RANDINT_NEEDS_WHOLE_BOUNDS)
         return self
+
+    def extremes(self) -> list[Any]:
+        """The values this distribution can draw that a field's type and range decide on: every choice and
+        grid value, randint's lowest and highest integer, a uniform's lower bound and the largest float
+        below its upper one."""
+        if self.values is not None and self.type in (DistributionKind.CHOICE, DistributionKind.GRID):
+            return list(self.values)
+        assert self.lower is not None and self.upper is not None  # _bounds
+        if self.type == DistributionKind.RANDINT:
+            return [int(self.lower), int(self.upper) - 1]
+        return [self.lower, math.nextafter(self.upper, self.lower)]
 
 
 class Objective(base.ApiModel):
@@ -289,6 +314,15 @@ class TuningSweepSpec(base.ApiModel):
     the checkpoint claim stays unless template.checkpoint.storage.deleteWithJob is true. Unset: kept until
     you delete it."""
 
+    @pydantic.field_validator("search_space", mode="after")
+    @classmethod
+    def _draws_fit_the_template(cls, search_space: dict[str, Distribution]) -> dict[str, Distribution]:
+        for name, distribution in search_space.items():
+            found = draw_problem(name, distribution)
+            if found is not None:
+                raise ValueError(found)
+        return search_space
+
     @pydantic.model_validator(mode="after")
     def _consistent(self) -> TuningSweepSpec:
         for name in self.search_space:
@@ -344,17 +378,17 @@ IMMUTABLE_FIELDS: tuple[tuple[str, ...], ...] = (
 )
 
 
-def _scalar_paths(model: type[pydantic.BaseModel], prefix: str = "") -> list[str]:
-    """Dotted camelCase paths of every field of ``model`` that is not itself a model (a sweep parameter).
+def _scalar_fields(model: type[pydantic.BaseModel], prefix: str = "") -> dict[str, pydantic.fields.FieldInfo]:
+    """Every field of ``model`` that is not itself a model (a sweep parameter), by dotted camelCase path.
     Fields of models in a list or a map have no such path (``spec_for_trial`` cannot write them): none."""
-    paths: list[str] = []
+    fields: dict[str, pydantic.fields.FieldInfo] = {}
     for name, info in model.model_fields.items():
         path = prefix + (info.alias or name)
         if _models_in_a_container(info.annotation):
             continue
         nested = _model_in(info.annotation)
-        paths.extend([path] if nested is None else _scalar_paths(nested, path + "."))
-    return paths
+        fields.update({path: info} if nested is None else _scalar_fields(nested, path + "."))
+    return fields
 
 
 def _models_in_a_container(annotation: Any) -> bool:
@@ -407,11 +441,42 @@ def is_fixed_for_trials(path: str) -> bool:
 
 #: What a searchSpace key may name besides nccl.* variables: a scalar field of the template below its top
 #: level, outside the fixed sections and outside lists.
-TEMPLATE_PARAMETER_PATHS = frozenset(
-    path
-    for path in _scalar_paths(trainingjob.TrainingJobSpec)
+TEMPLATE_PARAMETER_FIELDS: dict[str, pydantic.fields.FieldInfo] = {
+    path: info
+    for path, info in _scalar_fields(trainingjob.TrainingJobSpec).items()
     if "." in path and not is_fixed_for_trials(path)
-)
+}
+TEMPLATE_PARAMETER_PATHS = frozenset(TEMPLATE_PARAMETER_FIELDS)
+
+
+@functools.cache
+def _field_adapter(path: str) -> pydantic.TypeAdapter[Any]:
+    """The type and range of the template field at ``path`` (its own validators aside)."""
+    info = TEMPLATE_PARAMETER_FIELDS[path]
+    annotated: Any = info.annotation  # a type built at run time
+    if info.metadata:
+        annotated = typing.Annotated[annotated, *info.metadata]
+    return pydantic.TypeAdapter(annotated)
+
+
+def draw_problem(name: str, distribution: Distribution) -> str | None:
+    """Why a value ``distribution`` can draw would make every trial that draws it invalid (the field's
+    type or range refuses it, read as strictly as a manifest), or None. The trial would fail with the same
+    complaint only once it drew the value (``spec_for_trial`` in the trainer)."""
+    if name not in TEMPLATE_PARAMETER_FIELDS:  # nccl.* (strings: any value) or not a field (its own rule)
+        return None
+    adapter = _field_adapter(name)
+    for value in distribution.extremes():
+        try:
+            adapter.validate_json(json.dumps(value), strict=True)
+        except pydantic.ValidationError as exc:
+            error = exc.errors()[0]
+            drawn = f"{name} ({distribution.type.value}) can draw {value!r}"
+            if error["type"] == "int_type" and isinstance(value, float):
+                return f"{drawn}, but spec.template.{name} takes integers: use randint or choice"
+            said = str(error["msg"]).removeprefix("Value error, ").replace("Input should be ", "must be ", 1)
+            return f"{drawn}, which spec.template.{name} refuses ({said}): draw only values the field takes"
+    return None
 
 
 def _with_rules(schema: dict[str, Any], rules: list[cel.Rule]) -> None:

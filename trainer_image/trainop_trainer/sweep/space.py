@@ -43,18 +43,10 @@ class SearchSpaceError(ValueError):
 
 
 def validate(spec: tuningsweep.TuningSweepSpec) -> None:
-    """What the API models do not check: randint bounds are integers, Optuna gets only scalar choices.
-    (The objective's metric is the API's to check: ``TuningSweepSpec``, and the CRD's CEL twin.)"""
+    """What the API models do not check: Optuna gets only scalar choices. (Whole randint bounds, values
+    that fit the fields they set and the objective's metric are the API's to check: ``TuningSweepSpec``.)"""
     for name, distribution in spec.search_space.items():
         field = f"spec.searchSpace[{name!r}]"
-        if distribution.type == tuningsweep.DistributionKind.RANDINT:
-            lower, upper = distribution.lower, distribution.upper
-            if (
-                lower is None
-                or upper is None
-                or not (float(lower).is_integer() and float(upper).is_integer())
-            ):
-                raise SearchSpaceError(f"{field}: randint needs integer lower and upper (upper excluded)")
         if (
             spec.algorithm == tuningsweep.Algorithm.OPTUNA
             and distribution.type == tuningsweep.DistributionKind.CHOICE

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
-from trainop.api import trainingjob
+from trainop.api import model_config, trainingjob
 from trainop_trainer import switches
 from trainop_trainer.workloads import datasets, encoders, models
 
@@ -249,7 +249,8 @@ def _build(spec: trainingjob.TrainingJobSpec) -> Workload:
     if model_name == trainingjob.BuiltinModel.BERT_BASE:
         bert = encoders.bert(block_size=ds.sequence_length, config=workload.config)
         vocab_size = bert.config.vocab_size
-        mask_token_id = models.positive_int(workload.config, "maskTokenId", vocab_size - 1)
+        mask_id = model_config.Key.MASK_TOKEN_ID
+        mask_token_id = model_config.dimension(workload.config, mask_id, vocab_size - 1)
         if mask_token_id >= vocab_size:
             raise ValueError(
                 f"spec.workload.config.maskTokenId {mask_token_id} is outside the vocabulary of "
@@ -318,7 +319,7 @@ def _digits_mlp(spec: trainingjob.TrainingJobSpec, ds: trainingjob.Dataset) -> W
             f"spec.workload.dataset.numClasses {ds.num_classes} does not fit kind digits, which has 10 "
             "classes: set numClasses to 10 or leave it out"
         )
-    config = {**spec.workload.config, "inputDim": datasets.Digits.NUM_FEATURES}
+    config = {**spec.workload.config, model_config.Key.INPUT_DIM.value: datasets.Digits.NUM_FEATURES}
     mlp = models.mlp(num_classes=datasets.Digits.NUM_CLASSES, config=config)
 
     def digits(d: trainingjob.Dataset) -> Dataset[Batch]:

@@ -28,6 +28,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from trainop.api import trainingjob
+
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
@@ -232,7 +234,7 @@ class Digits(BatchedDataset):
     dataset that ships inside a package, so a learning check needs no download. Pixels 0..16 become
     float32 0..1, flattened to 64 features."""
 
-    NUM_FEATURES = 64
+    NUM_FEATURES = trainingjob.DIGITS_FEATURES  # the mlp's inputDim on it (the API refuses another)
     NUM_CLASSES = 10
 
     def __init__(self) -> None:

@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from trainop.api import model_config
+from trainop.api.model_config import Key
 from trainop_trainer.workloads import models
 
 IGNORE_INDEX = -100  # targets of unmasked positions: no loss there
@@ -66,12 +68,12 @@ def masked_lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 def bert(*, block_size: int, config: dict[str, Any]) -> MaskedLM:
     return MaskedLM(
         models.GPTConfig(
-            vocab_size=models.positive_int(config, "vocabSize", BERT_BASE["vocab_size"]),
+            vocab_size=model_config.dimension(config, Key.VOCAB_SIZE, BERT_BASE["vocab_size"]),
             block_size=block_size,
-            num_layers=models.positive_int(config, "numLayers", BERT_BASE["num_layers"]),
-            num_heads=models.positive_int(config, "numHeads", BERT_BASE["num_heads"]),
-            embed_dim=models.positive_int(config, "embedDim", BERT_BASE["embed_dim"]),
-            dropout=models.dropout_of(config),
+            num_layers=model_config.dimension(config, Key.NUM_LAYERS, BERT_BASE["num_layers"]),
+            num_heads=model_config.dimension(config, Key.NUM_HEADS, BERT_BASE["num_heads"]),
+            embed_dim=model_config.dimension(config, Key.EMBED_DIM, BERT_BASE["embed_dim"]),
+            dropout=model_config.fraction(config, Key.DROPOUT, 0.0),
         )
     )
 
@@ -79,7 +81,7 @@ def bert(*, block_size: int, config: dict[str, Any]) -> MaskedLM:
 def vit(*, image_size: int, num_classes: int, config: dict[str, Any]) -> nn.Module:
     from torchvision.models.vision_transformer import VisionTransformer
 
-    patch_size = models.positive_int(config, "patchSize", VIT_B16["patch_size"])
+    patch_size = model_config.dimension(config, Key.PATCH_SIZE, VIT_B16["patch_size"])
     if image_size % patch_size:
         raise ValueError(
             f"spec.workload.dataset.imageSize {image_size} is not a multiple of the ViT patch size "
@@ -88,10 +90,10 @@ def vit(*, image_size: int, num_classes: int, config: dict[str, Any]) -> nn.Modu
     model: nn.Module = VisionTransformer(
         image_size=image_size,
         patch_size=patch_size,
-        num_layers=models.positive_int(config, "numLayers", VIT_B16["num_layers"]),
-        num_heads=models.positive_int(config, "numHeads", VIT_B16["num_heads"]),
-        hidden_dim=models.positive_int(config, "embedDim", VIT_B16["embed_dim"]),
-        mlp_dim=models.positive_int(config, "mlpDim", VIT_B16["mlp_dim"]),
+        num_layers=model_config.dimension(config, Key.NUM_LAYERS, VIT_B16["num_layers"]),
+        num_heads=model_config.dimension(config, Key.NUM_HEADS, VIT_B16["num_heads"]),
+        hidden_dim=model_config.dimension(config, Key.EMBED_DIM, VIT_B16["embed_dim"]),
+        mlp_dim=model_config.dimension(config, Key.MLP_DIM, VIT_B16["mlp_dim"]),
         num_classes=num_classes,
     )
     return model

@@ -13,8 +13,9 @@ Sizes (``GPT_PRESETS``):
 
 The context length is the dataset's ``sequenceLength`` (GPT-3 used 2048). Every model can be shaped
 through ``spec.workload.config`` (camelCase keys): ``vocabSize``, ``numLayers``, ``numHeads``, ``embedDim``,
-``dropout`` for GPT; ``inputDim``, ``hiddenDim``, ``numLayers`` for the MLP. The encoders (BERT, ViT) are in
-``encoders.py``.
+``dropout`` for GPT; ``inputDim``, ``hiddenDim``, ``numLayers`` for the MLP. Each is read through
+``trainop.api.model_config`` by its ``Key``: the API refuses any key a model does not read (its table
+``KEYS``), so the two lists are one. The encoders (BERT, ViT) are in ``encoders.py``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from trainop.api import model_config
+from trainop.api.model_config import Key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,40 +150,25 @@ class MLP(nn.Module):
         return out
 
 
-def positive_int(config: dict[str, Any], key: str, default: int) -> int:
-    value = config.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"spec.workload.config.{key} must be a positive integer (got {value!r})")
-    return value
-
-
-def dropout_of(config: dict[str, Any]) -> float:
-    dropout = config.get("dropout", 0.0)
-    if not isinstance(dropout, (int, float)) or not 0.0 <= float(dropout) < 1.0:
-        raise ValueError(f"spec.workload.config.dropout must be in [0, 1) (got {dropout!r})")
-    return float(dropout)
-
-
 def gpt(size: str, *, block_size: int, config: dict[str, Any]) -> GPT:
     base = GPT_PRESETS[size]
-    dropout = dropout_of(config)
     return GPT(
         GPTConfig(
-            vocab_size=positive_int(config, "vocabSize", base["vocab_size"]),
+            vocab_size=model_config.dimension(config, Key.VOCAB_SIZE, base["vocab_size"]),
             block_size=block_size,
-            num_layers=positive_int(config, "numLayers", base["num_layers"]),
-            num_heads=positive_int(config, "numHeads", base["num_heads"]),
-            embed_dim=positive_int(config, "embedDim", base["embed_dim"]),
-            dropout=float(dropout),
+            num_layers=model_config.dimension(config, Key.NUM_LAYERS, base["num_layers"]),
+            num_heads=model_config.dimension(config, Key.NUM_HEADS, base["num_heads"]),
+            embed_dim=model_config.dimension(config, Key.EMBED_DIM, base["embed_dim"]),
+            dropout=model_config.fraction(config, Key.DROPOUT, 0.0),
         )
     )
 
 
 def mlp(*, num_classes: int, config: dict[str, Any]) -> MLP:
     return MLP(
-        input_dim=positive_int(config, "inputDim", 32),
-        hidden_dim=positive_int(config, "hiddenDim", 64),
-        num_layers=positive_int(config, "numLayers", 2),
+        input_dim=model_config.dimension(config, Key.INPUT_DIM, 32),
+        hidden_dim=model_config.dimension(config, Key.HIDDEN_DIM, 64),
+        num_layers=model_config.dimension(config, Key.NUM_LAYERS, 2),
         num_classes=num_classes,
     )
 
