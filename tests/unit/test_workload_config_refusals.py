@@ -178,3 +178,13 @@ def test_the_largest_int64_is_admitted() -> None:
     document["spec"]["hyperparameters"]["maxSteps"] = 2**63 - 1
     parsed = manifest.parse_object(copy.deepcopy(document))
     assert parsed.spec.hyperparameters.max_steps == 2**63 - 1  # type: ignore[union-attr]
+
+
+def test_a_mask_token_id_may_be_0_but_not_negative() -> None:
+    """0 is a token id like any other (many vocabularies put a special token there); a dimension is not."""
+    assert model_config.value_problem(model_config.Key.MASK_TOKEN_ID, 0) is None
+    assert model_config.value_problem(model_config.Key.MASK_TOKEN_ID, -1) == (
+        "maskTokenId must be an integer of 0 or more, not -1"
+    )
+    embed = model_config.value_problem(model_config.Key.EMBED_DIM, 0)
+    assert embed == "embedDim must be a positive integer, not 0"

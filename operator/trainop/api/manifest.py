@@ -85,7 +85,7 @@ OPERATOR_ONLY_RULES: tuple[OperatorOnlyRule, ...] = (
     ),
     OperatorOnlyRule(
         rule="TrainingJob and TuningSweep template: each workload.config key of a built-in model is a "
-        "positive integer (dropout: a number from 0 up to 1)",
+        "positive integer (dropout: a number from 0 up to 1; maskTokenId: 0 or more)",
         why_not_in_the_crd="the values of a free-form map are invisible to CEL, and a schema for them would "
         "type an entrypoint's own keys of the same names too",
         example="83-model-config-wrong-type.yaml",

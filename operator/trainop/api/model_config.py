@@ -41,8 +41,10 @@ class Key(enum.StrEnum):
     HIDDEN_DIM = "hiddenDim"
 
 
-#: Keys whose value is a probability in [0, 1); every other key is a positive integer.
+#: Keys whose value is a probability in [0, 1); those that may be 0 (a token id: 0 is a token like any
+#: other); every other key is a positive integer.
 FRACTIONS = frozenset({Key.DROPOUT})
+NON_NEGATIVE = frozenset({Key.MASK_TOKEN_ID})
 
 _GPT = (Key.VOCAB_SIZE, Key.NUM_LAYERS, Key.NUM_HEADS, Key.EMBED_DIM, Key.DROPOUT)
 
@@ -82,8 +84,10 @@ def value_problem(key: Key, value: Any) -> str | None:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
             return f"{key.value} must be a number from 0 up to (not including) 1, not {value!r}"
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INT64:
-        return f"{key.value} must be a positive integer, not {value!r}"
+    lowest = 0 if key in NON_NEGATIVE else 1
+    if isinstance(value, bool) or not isinstance(value, int) or not lowest <= value <= MAX_INT64:
+        what = "an integer of 0 or more" if lowest == 0 else "a positive integer"
+        return f"{key.value} must be {what}, not {value!r}"
     return None
 
 
@@ -101,7 +105,8 @@ def problem(model: str, config: Mapping[str, Any]) -> str | None:
 
 
 def dimension(config: Mapping[str, Any], key: Key, default: int) -> int:
-    """workload.config's positive integer ``key`` (the trainer's reading; ``default`` when unset)."""
+    """workload.config's integer ``key``, positive (0 allowed for NON_NEGATIVE keys): the trainer's reading,
+    ``default`` when unset."""
     value = config.get(key.value, default)
     found = value_problem(key, value)
     if found is not None:

@@ -343,10 +343,11 @@ class Workload(base.ApiModel):
     config: dict[str, Any] = pydantic.Field(
         default_factory=dict,
         description="Settings of the workload. For a built-in model only the keys it reads, each a positive "
-        "integer but dropout (a number in [0, 1)): the gpt models vocabSize, numLayers, numHeads, embedDim, "
-        "dropout; bert-base those and maskTokenId; vit-b16 patchSize, numLayers, numHeads, embedDim, mlpDim; "
-        "mlp inputDim, hiddenDim, numLayers (inputDim is 64 with dataset kind digits); resnet18 and resnet50 "
-        "none. Any other key is refused, naming it. For an entrypoint, free-form: whatever it reads from "
+        "integer but dropout (a number in [0, 1)) and maskTokenId (0 or more): the gpt models "
+        "vocabSize, numLayers, numHeads, embedDim, dropout; bert-base those and maskTokenId; "
+        "vit-b16 patchSize, numLayers, numHeads, embedDim, mlpDim; mlp inputDim, hiddenDim, "
+        "numLayers (inputDim is 64 with dataset kind digits); resnet18 and resnet50 none. Any "
+        "other key is refused, naming it. For an entrypoint, free-form: whatever it reads from "
         "ctx.config; for rayTrain, the train_loop_config its function receives.",
     )
 
