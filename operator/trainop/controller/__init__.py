@@ -9,6 +9,7 @@ Layers, each a module with one concern (imported as modules, names used qualifie
     state_machine,        the phase state machine -> Transition; conditions                 pure
       conditions
     kube, apply, events   the API: dict client, server-side apply / create-only, Events      I/O
+    incarnation           writes to the owner itself, refused once it is another object     I/O
     reconcile             read -> decide -> write, for one owner                            I/O
     cache, own_writes     children as the watches show them; what this process wrote         memory
     workqueue, engine     keyed queue, workers, routing of watch events                     runtime

@@ -16,8 +16,9 @@ Like client-go, a request the apiserver could not serve right now -- 429 (API pr
 answer's Retry-After, capped), before it fails the reconcile and the per-owner backoff takes over. Unlike
 client-go this includes writes whose outcome is unknown (a 500 after the write was applied): every write
 of this operator is idempotent by construction (deterministic names, so a repeated create is a 409 its
-caller handles; merge patches computed from what was read; server-side applies of a whole desired
-object; deletes with a uid precondition). A 409 Conflict is never retried here: the reconcile decides again.
+caller handles; patches of the owner computed from what was read, with its uid as a precondition;
+server-side applies of a whole desired object; deletes with a uid precondition). A 409 Conflict is never
+retried here: the reconcile decides again.
 
 This module must not decide anything; it only speaks HTTP.
 """
@@ -28,7 +29,7 @@ import asyncio
 import dataclasses
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -246,6 +247,25 @@ class Kube:
             query={"fieldManager": FIELD_MANAGER, "fieldValidation": "Strict"},
             body=dict(patch),
             content_type="application/merge-patch+json",
+        )
+
+    async def json_patch(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        operations: Sequence[Mapping[str, Any]],
+        *,
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        """A JSON patch (RFC 6902): its ``test`` operations are preconditions; any one that fails, or an
+        operation on a path the object lacks, fails the whole patch (422, with no word of which)."""
+        return await self.request(
+            "PATCH",
+            resource.path(namespace, name, subresource),
+            query={"fieldManager": FIELD_MANAGER, "fieldValidation": "Strict"},
+            body=[dict(operation) for operation in operations],
+            content_type="application/json-patch+json",
         )
 
     async def apply(self, resource: Resource, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:

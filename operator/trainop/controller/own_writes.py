@@ -16,7 +16,15 @@ It also remembers which server-side applied children were seen being deleted (so
 them): the status says so while the RayJob waits for them to go.
 
 The record is in memory only and only saves requests. It is keyed by owner, so that forgetting a deleted
-or finished owner forgets its children. This module must not talk to the API.
+or finished owner forgets its children, and each owner's record belongs to one incarnation of it (its
+uid): an owner deleted and created again under its name has children of the same names, and must not take
+the deleted one's for its own -- a ConfigMap "written for attempt 1" that the garbage collector removed with
+the deleted owner would never be written again. The record is asked and extended with the uid of the owner
+a reconcile read; one made for another uid (a reconcile of the deleted one that was still in flight when
+its deletion forgot it, or a deletion no watch saw) answers nothing and is replaced by the first record of
+the new one. The marks of children being deleted are not the incarnation's but the names': a namesake's
+child still terminating blocks the new owner's child of that name all the same. This module must not talk
+to the API.
 """
 
 from __future__ import annotations
@@ -33,28 +41,48 @@ class Record:
     fingerprint: str = ""
 
 
+@dataclasses.dataclass(slots=True)
+class _Incarnation:
+    """What we wrote for the children of one incarnation of an owner."""
+
+    uid: str
+    children: dict[tuple[str, str], Record] = dataclasses.field(default_factory=dict)  # (kind, name)
+
+
 class OwnWrites:
     def __init__(self) -> None:
-        # owner key -> {(kind, name): what we wrote}
-        self._owners: dict[Hashable, dict[tuple[str, str], Record]] = {}
+        # owner key -> what we wrote for its children, for one uid of the owner
+        self._owners: dict[Hashable, _Incarnation] = {}
         # owner key -> {(kind, name)} of server-side applied children seen being deleted
         self._deleting: dict[Hashable, set[tuple[str, str]]] = {}
 
-    def record(self, owner: Hashable, kind: str, name: str, written: Record) -> None:
-        if written.resource_version:
-            self._owners.setdefault(owner, {})[(kind, name)] = written
+    def record(self, owner: Hashable, kind: str, name: str, written: Record, *, owner_uid: str) -> None:
+        """What we wrote for the owner incarnation ``owner_uid``; what was recorded for another goes."""
+        if not written.resource_version:
+            return
+        incarnation = self._owners.get(owner)
+        if incarnation is None or incarnation.uid != owner_uid:
+            incarnation = self._owners[owner] = _Incarnation(owner_uid)
+        incarnation.children[(kind, name)] = written
 
-    def get(self, owner: Hashable, kind: str, name: str) -> Record | None:
-        return self._owners.get(owner, {}).get((kind, name))
+    def get(self, owner: Hashable, kind: str, name: str, *, owner_uid: str) -> Record | None:
+        incarnation = self._owners.get(owner)
+        if incarnation is None or incarnation.uid != owner_uid:
+            return None
+        return incarnation.children.get((kind, name))
 
-    def current(self, owner: Hashable, kind: str, name: str, *, fingerprint: str) -> bool:
-        """Whether the child is still what we applied from a manifest with this fingerprint: no event
-        other than our own write's echo has been seen for it since (``observe``)."""
-        written = self.get(owner, kind, name)
+    def current(self, owner: Hashable, kind: str, name: str, *, owner_uid: str, fingerprint: str) -> bool:
+        """Whether the child is still what we applied for the owner incarnation ``owner_uid`` from a
+        manifest with this fingerprint: no event other than our own write's echo has been seen for it
+        since (``observe``)."""
+        written = self.get(owner, kind, name, owner_uid=owner_uid)
         return written is not None and written.fingerprint == fingerprint
 
     def is_echo(self, owner: Hashable, kind: str, name: str, *, uid: str, resource_version: str) -> bool:
-        written = self.get(owner, kind, name)
+        """Whether a child's event is our own write coming back (the child's uid and resourceVersion tell
+        which write, whichever incarnation of the owner it was for)."""
+        incarnation = self._owners.get(owner)
+        written = incarnation.children.get((kind, name)) if incarnation is not None else None
         return written is not None and written.uid == uid and written.resource_version == resource_version
 
     def observe(
@@ -72,7 +100,9 @@ class OwnWrites:
         event forgets what we wrote, so that the next reconcile applies it again."""
         if not deleted and self.is_echo(owner, kind, name, uid=uid, resource_version=resource_version):
             return True
-        self._owners.get(owner, {}).pop((kind, name), None)
+        incarnation = self._owners.get(owner)
+        if incarnation is not None:
+            incarnation.children.pop((kind, name), None)
         marks = self._deleting.setdefault(owner, set())
         if being_deleted and not deleted:
             marks.add((kind, name))
@@ -88,18 +118,18 @@ class OwnWrites:
         ``reconcile.OwnerKey`` objects, which have a namespace)."""
         return [
             (owner, name, written.uid)
-            for owner, children in self._owners.items()
-            for (child_kind, name), written in children.items()
+            for owner, incarnation in self._owners.items()
+            for (child_kind, name), written in incarnation.children.items()
             if child_kind == kind
         ]
 
     def forget_child(self, kind: str, namespace: str, name: str, uid: str) -> None:
         """Forget what we wrote to this incarnation of a child (gone without a DELETED event: ``relist``),
         so that the next reconcile writes it again."""
-        for owner, children in self._owners.items():
-            written = children.get((kind, name))
+        for owner, incarnation in self._owners.items():
+            written = incarnation.children.get((kind, name))
             if written is not None and written.uid == uid and getattr(owner, "namespace", None) == namespace:
-                del children[(kind, name)]
+                del incarnation.children[(kind, name)]
 
     def forget(self, owner: Hashable) -> None:
         self._owners.pop(owner, None)

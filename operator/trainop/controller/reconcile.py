@@ -9,13 +9,16 @@
 3. Write, in three sequential steps, each a set of concurrent requests:
    a. the owner's own writes -- the accepted spec into its ``trainop.dev/applied-spec`` annotation when
       it changed, and Events for phase transitions and new problems (both before the status: see
-      ``events``), then the operator-owned status fields, as a JSON merge patch computed against what
-      was read, so the trainer's fields (progress, checkpoint, network) are never part of it --
-      (two round trips), concurrently with the children that depend on none of that record: the
-      ServiceAccount, the Role and the claim. The status waits for the claim: it reports on it
-      (StorageReady, ``children``) and names the RayJob that mounts it, so it is not written while the
-      claim it calls Pending does not exist, nor when the claim's creation was refused and the status
-      does not say so yet (the error is kept; the retried reconcile's status tells it);
+      ``events``), then the operator-owned status fields, as a patch computed against what was read, so
+      the trainer's fields (progress, checkpoint, network) are never part of it -- (two round trips).
+      The annotation and the status carry the uid of the owner read (``incarnation``): if it was deleted
+      meanwhile, and maybe created again under its name, the apiserver refuses them, nothing after them
+      is written, and the object now under the name is reconciled from scratch. Concurrently with them,
+      the children that depend on none of that record: the ServiceAccount, the Role and the claim. The
+      status waits for the claim: it reports on it (StorageReady, ``children``) and names the RayJob
+      that mounts it, so it is not written while the claim it calls Pending does not exist, nor when the
+      claim's creation was refused and the status does not say so yet (the error is kept; the retried
+      reconcile's status tells it);
    b. the children that do: the ConfigMap, the RoleBinding (``CREATION_WAVES``);
    c. the attempt's RayJob; RayJobs of other attempts are deleted; or, after ttlSecondsAfterFinished,
       the owner itself instead of b and c.
@@ -33,8 +36,11 @@ Role or claim that the next reconcile finds in place: the claim is built from th
 
 Returns when to reconcile again (``requeue_after``), for restart backoffs, deadlines and TTLs. This module
 must not be called for one owner by two tasks at once (the work queue guarantees it), and keeps no state
-across reconciles but the last child-creation errors, which only feed conditions, and ``own_writes``,
-which only saves requests.
+across reconciles but the last child-creation errors, which only feed conditions, the failure facts of the
+current attempt's pods, and ``own_writes``, which only saves requests. All of it belongs to one incarnation
+of the owner (its uid): a job deleted and created again under its name starts with none of the deleted
+one's, even where its deletion was not seen before it was reconciled again (a reconcile in flight, a watch
+that was away).
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ from trainop.controller import (
     events,
     failpoints,
     failures,
+    incarnation,
     kinds,
     kube,
     metrics,
@@ -122,22 +129,38 @@ class _Read:
     claim: cache.ClaimRecord | None
 
 
+@dataclasses.dataclass
+class _Kept:
+    """What a reconcile leaves to the next one of the same owner incarnation (``uid``): a namesake created
+    after a deletion starts with none of it."""
+
+    uid: str
+    #: Child creation errors of the previous reconcile: they explain a stuck phase.
+    create_errors: dict[str, observe.Problem] = dataclasses.field(default_factory=dict)
+    #: What the current attempt's Ray pods showed: (attempt, facts). Pods of a failed attempt may be gone
+    #: (and out of the cache) when its RayJob reports FAILED; these outlive them.
+    pod_facts: tuple[int, tuple[failures.PodFact, ...]] | None = None
+
+
 class Reconciler:
     def __init__(self, client: kube.Kube, children_cache: cache.Cache, *, clock: Clock = utcnow) -> None:
         self._kube = client
         self._cache = children_cache
         self._clock = clock
-        # Child creation errors of the previous reconcile, by owner: they explain a stuck phase.
-        self._create_errors: dict[OwnerKey, dict[str, observe.Problem]] = {}
-        # What the current attempt's Ray pods showed, by owner: (attempt, facts). Pods of a failed attempt
-        # may be gone (and out of the cache) when its RayJob reports FAILED; these outlive them.
-        self._pod_facts: dict[OwnerKey, tuple[int, tuple[failures.PodFact, ...]]] = {}
+        self._kept: dict[OwnerKey, _Kept] = {}
         self.own_writes = own_writes.OwnWrites()
 
     def forget(self, key: OwnerKey) -> None:
-        self._create_errors.pop(key, None)
-        self._pod_facts.pop(key, None)
+        self._kept.pop(key, None)
         self.own_writes.forget(key)
+
+    def _kept_for(self, key: OwnerKey, uid: str) -> _Kept:
+        """What earlier reconciles of this incarnation left; a reconcile still in flight when its owner
+        was forgotten leaves its own to a record no longer held."""
+        kept = self._kept.get(key)
+        if kept is None or kept.uid != uid:
+            kept = self._kept[key] = _Kept(uid)
+        return kept
 
     async def reconcile(self, key: OwnerKey) -> Result:
         kind = kinds.BY_KIND[key.kind]
@@ -147,7 +170,8 @@ class Reconciler:
             self.forget(key)
             return Result()  # the garbage collector removes the children
         verdict = acceptance.evaluate(body)
-        read = self._observe(key, kind, body, verdict)
+        kept = self._kept_for(key, body["metadata"]["uid"])
+        read = self._observe(key, kind, body, verdict, kept)
         current = kind.operator_status.from_stored(body.get("status"))
         transition = state_machine.next_status(verdict, current, read.observed)
 
@@ -159,19 +183,29 @@ class Reconciler:
                 writes = await self._needed_writes(key, verdict.resource, transition, read)
         waves = [[(m, how) for m, how in writes if m["kind"] in wave] for wave in CREATION_WAVES]
         errors: dict[str, observe.Problem] = {}
-        owner_uid = verdict.resource.metadata.uid if verdict.resource is not None else None
+        owner_uid = read.owner_uid
         try:
             # The record of intent and the children that depend on none of it, concurrently; the status
             # waits for the claim.
             claim = asyncio.ensure_future(
-                self._write_wave(key, [w for w in waves[0] if w[0]["kind"] in BEFORE_STATUS], errors)
+                self._write_wave(
+                    key, owner_uid, [w for w in waves[0] if w[0]["kind"] in BEFORE_STATUS], errors
+                )
             )
             recorded, first_wave, _ = await asyncio.gather(
                 self._record(key, kind, resource_api, body, verdict, transition, read, claim),
-                self._write_wave(key, [w for w in waves[0] if w[0]["kind"] not in BEFORE_STATUS], errors),
+                self._write_wave(
+                    key, owner_uid, [w for w in waves[0] if w[0]["kind"] not in BEFORE_STATUS], errors
+                ),
                 claim,
                 return_exceptions=True,
             )
+            if isinstance(recorded, incarnation.Replaced):
+                # Decided from an owner that is gone: the object under its name now (if any) is another,
+                # to be reconciled from scratch. Nothing that depends on the record was written.
+                log.info("%s: not recorded, the owner it was decided from is gone: %s", key, recorded)
+                self.forget(key)
+                return Result(requeue_after=0.0)
             if isinstance(recorded, BaseException):
                 raise recorded  # nothing that depends on the record was written
             if transition.delete_owner:
@@ -181,8 +215,8 @@ class Reconciler:
             if isinstance(first_wave, BaseException):
                 raise first_wave
             for wave in waves[1:]:
-                await self._write_wave(key, wave, errors)
-            if owner_uid is not None:
+                await self._write_wave(key, owner_uid, wave, errors)
+            if verdict.resource is not None:
                 await apply.prune_ray_jobs(
                     self._kube, key.namespace, read.ray_jobs, keep=transition.ray_job, owner_uid=owner_uid
                 )
@@ -193,9 +227,9 @@ class Reconciler:
             log.info("%s: its namespace is being deleted; no children written", key)
             return Result(transition=transition)
         finally:
-            changed = errors != self._create_errors.get(key, {})
+            changed = errors != kept.create_errors
             if changed:
-                self._create_errors[key] = errors
+                kept.create_errors = errors
                 if errors:
                     log.warning("%s: %s", key, "; ".join(p.message for p in errors.values()))
         if changed:
@@ -217,13 +251,16 @@ class Reconciler:
         claim: Awaitable[None],
     ) -> None:
         """The owner's own writes: the accepted spec and the Events, then -- once ``claim`` (its write, if
-        any) is done -- the status that records them."""
+        any) is done -- the status that records them. An owner that is no longer the one ``body`` is
+        (deleted, or created again under its name) refuses both: :class:`incarnation.Replaced`."""
         annotation = (
-            self._kube.patch(
+            incarnation.annotate(
+                self._kube,
                 resource_api,
                 key.namespace,
                 key.name,
-                {"metadata": {"annotations": {kinds.ANNOTATION_APPLIED_SPEC: verdict.applied_spec}}},
+                {kinds.ANNOTATION_APPLIED_SPEC: verdict.applied_spec},
+                uid=read.owner_uid,
             )
             if verdict.applied_spec is not None
             else None
@@ -244,8 +281,14 @@ class Reconciler:
             raise refused  # this status says the claim is there: it is written once it is
         patch = transition.status.merge_patch_from(body.get("status"))
         if patch:
-            await self._kube.patch(
-                resource_api, key.namespace, key.name, {"status": patch}, subresource="status"
+            await incarnation.patch_status(
+                self._kube,
+                resource_api,
+                key.namespace,
+                key.name,
+                patch,
+                stored=body.get("status"),
+                uid=read.owner_uid,
             )
             failpoints.hit("status-written", str(transition.status.phase))
             # Counted once the status that records them is written: a failure writing children after this
@@ -260,7 +303,12 @@ class Reconciler:
             raise refused
 
     def _observe(
-        self, key: OwnerKey, kind: kinds.Kind, body: Mapping[str, Any], verdict: acceptance.Acceptance
+        self,
+        key: OwnerKey,
+        kind: kinds.Kind,
+        body: Mapping[str, Any],
+        verdict: acceptance.Acceptance,
+        kept: _Kept,
     ) -> _Read:
         owner_uid = body["metadata"]["uid"]
         raw_status = body.get("status") or {}
@@ -286,7 +334,7 @@ class Reconciler:
             pod_problems=self._cache.pod_problems(key.namespace, kind, key.name, attempt, owner_uid=owner_uid)
             if starting
             else (),
-            create_errors=dict(self._create_errors.get(key, {})),
+            create_errors=dict(kept.create_errors),
             foreign_ray_jobs=frozenset(r.seen.name for r in ray_jobs if owner_uid not in r.seen.owner_uids),
             leftovers=tuple(leftovers),
             attempt_pods={
@@ -298,23 +346,23 @@ class Reconciler:
             storage_check=_storage_check(raw_status),
             worker_failures=_trainer_record(raw_status, "workerFailures", trainingjob.WorkerFailures),
             progress=_trainer_record(raw_status, "progress", trainingjob.Progress),
-            pod_facts=self._remember_pod_facts(key, kind, owner_uid, attempt),
+            pod_facts=self._remember_pod_facts(key, kind, kept, attempt),
             raw_ttl_seconds_after_finished=_raw_spec(body).get("ttlSecondsAfterFinished"),
         )
         return _Read(owner_uid, attempt, observed, ray_jobs, claim)
 
     def _remember_pod_facts(
-        self, key: OwnerKey, kind: kinds.Kind, owner_uid: str, attempt: int
+        self, key: OwnerKey, kind: kinds.Kind, kept: _Kept, attempt: int
     ) -> tuple[failures.PodFact, ...]:
         """The failure facts of this attempt's pods seen so far by this process, the cache's added."""
         if attempt <= 0:
             return ()
-        kept_attempt, kept = self._pod_facts.get(key, (attempt, ()))
+        kept_attempt, earlier = kept.pod_facts or (attempt, ())
         if kept_attempt != attempt:
-            kept = ()
-        seen = self._cache.pod_facts(key.namespace, kind, key.name, attempt, owner_uid=owner_uid)
-        facts = failures.remember(kept, seen)
-        self._pod_facts[key] = (attempt, facts)
+            earlier = ()
+        seen = self._cache.pod_facts(key.namespace, kind, key.name, attempt, owner_uid=kept.uid)
+        facts = failures.remember(earlier, seen)
+        kept.pod_facts = (attempt, facts)
         return facts
 
     def _with_cluster_problems(
@@ -334,11 +382,15 @@ class Reconciler:
         return ray
 
     async def _write_wave(
-        self, key: OwnerKey, batch: list[tuple[dict[str, Any], Write]], errors: dict[str, observe.Problem]
+        self,
+        key: OwnerKey,
+        owner_uid: str,
+        batch: list[tuple[dict[str, Any], Write]],
+        errors: dict[str, observe.Problem],
     ) -> None:
         """The children of one wave, concurrently; the first error is raised once all have answered."""
         outcomes = await asyncio.gather(
-            *(self._write(key, m, how, errors) for m, how in batch), return_exceptions=True
+            *(self._write(key, owner_uid, m, how, errors) for m, how in batch), return_exceptions=True
         )
         done = []
         for outcome in outcomes:
@@ -359,7 +411,7 @@ class Reconciler:
         """
         name = kinds.kind_of(resource).config_map_name(key.name)
         marker = f"attempt {attempt}"
-        written = self.own_writes.get(key, "ConfigMap", name)
+        written = self.own_writes.get(key, "ConfigMap", name, owner_uid=owner_uid)
         if written is not None:
             return written.fingerprint == marker
         if attempt != stored_attempt:  # an attempt this reconcile starts: its config is not written yet
@@ -374,7 +426,11 @@ class Reconciler:
         ):
             return False
         self.own_writes.record(
-            key, "ConfigMap", name, own_writes.Record(meta["uid"], meta["resourceVersion"], marker)
+            key,
+            "ConfigMap",
+            name,
+            own_writes.Record(meta["uid"], meta["resourceVersion"], marker),
+            owner_uid=owner_uid,
         )
         return True
 
@@ -398,14 +454,22 @@ class Reconciler:
             writes.append((children.desired_configmap(resource, attempt), Write.APPLY))
         for child in children.desired_rbac(resource):
             name = child["metadata"]["name"]
-            if not self.own_writes.current(key, child["kind"], name, fingerprint=apply.fingerprint(child)):
+            fingerprint = apply.fingerprint(child)
+            if not self.own_writes.current(
+                key, child["kind"], name, owner_uid=read.owner_uid, fingerprint=fingerprint
+            ):
                 writes.append((child, Write.APPLY))
         if transition.create_ray_job and transition.ray_job not in {r.seen.name for r in read.ray_jobs}:
             writes.append((rayjob.desired_rayjob(resource, attempt), Write.CREATE))
         return writes
 
     async def _write(
-        self, key: OwnerKey, manifest: Mapping[str, Any], how: Write, errors: dict[str, observe.Problem]
+        self,
+        key: OwnerKey,
+        owner_uid: str,
+        manifest: Mapping[str, Any],
+        how: Write,
+        errors: dict[str, observe.Problem],
     ) -> apply.Write:
         kind, name = manifest["kind"], manifest["metadata"]["name"]
         try:
@@ -426,7 +490,11 @@ class Reconciler:
         else:
             fingerprint = apply.fingerprint(manifest) if how == Write.APPLY else ""
         self.own_writes.record(
-            key, kind, name, own_writes.Record(write.uid, write.resource_version, fingerprint)
+            key,
+            kind,
+            name,
+            own_writes.Record(write.uid, write.resource_version, fingerprint),
+            owner_uid=owner_uid,
         )
         return write
 

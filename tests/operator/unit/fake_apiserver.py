@@ -8,8 +8,11 @@ method that speaks HTTP -- so the operator's own verbs (``get``, ``create``, ``p
 
 - stores objects by path, with uid, resourceVersion (one counter for all, as etcd's revision),
   creationTimestamp; 404 on a missing object, 409 on creating an existing one, a uid precondition on delete;
-- JSON merge patches (RFC 7386); server-side apply approximated as a deep merge of the applied object
-  (enough for the operator's applies, which always send the whole desired object);
+- JSON merge patches (RFC 7386), refused (422) when they change ``metadata.uid`` as the apiserver refuses
+  a change of an immutable field; JSON patches (RFC 6902: test, add, remove, replace), refused (422)
+  as a whole when one operation fails; of a patch of the status subresource only ``status`` is kept, as
+  the apiserver keeps it; server-side apply approximated as a deep merge of the applied object (enough
+  for the operator's applies, which always send the whole desired object);
 - ``fail_on``: answers a chosen request with an error, to cut a reconcile at a chosen point (a crash);
 - records every request as ``(verb, what)`` in ``requests``, e.g. ``("create", "RayJob mlp-a1")``, and
   when it was in flight (``spans``): every request yields to the event loop once before it is served, as
@@ -66,6 +69,39 @@ class Span:
     request: Request
     issued: int
     done: int
+
+
+def json_patch(target: dict[str, Any], operations: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """RFC 6902 (test, add, remove, replace); a failed operation raises what the apiserver answers."""
+    out = copy.deepcopy(target)
+    for operation in operations:
+        *parents, last = [
+            token.replace("~1", "/").replace("~0", "~") for token in operation["path"].split("/")[1:]
+        ]
+        node: Any = out
+        for token in parents:
+            node = node.get(token) if isinstance(node, dict) else None
+        present = isinstance(node, dict) and last in node
+        op, value = operation["op"], operation.get("value")
+        if op == "test":
+            ok = node[last] == value if present else value is None
+        elif op == "add":
+            ok = isinstance(node, dict)
+            if ok:
+                node[last] = copy.deepcopy(value)
+        elif op in ("remove", "replace"):
+            ok = present
+            if ok and op == "remove":
+                del node[last]
+            elif ok:
+                node[last] = copy.deepcopy(value)
+        else:
+            raise AssertionError(f"the fake serves no JSON patch {op!r}")
+        if not ok:
+            raise kube.ApiError(
+                422, "Invalid", "the server rejected our request due to an error in our request"
+            )
+    return out
 
 
 def merge(target: Any, patch: Any) -> Any:
@@ -206,8 +242,24 @@ class FakeKube(kube.Kube):
             return {}
         if stored is None and verb != "apply":
             raise kube.ApiError(404, "NotFound", f"{plural} {name!r} not found")
-        patch = body if verb == "apply" or subresource != "status" else {"status": body["status"]}
-        obj = merge(stored or {}, patch)
+        if isinstance(body, list):  # a JSON patch, of the whole object as stored
+            assert stored is not None
+            patched = json_patch(stored, body)
+            obj = patched if subresource != "status" else {**stored, "status": patched.get("status")}
+        else:
+            uid = (body.get("metadata") or {}).get("uid")
+            if (
+                subresource != "status"
+                and verb == "patch"
+                and uid
+                and stored
+                and uid != stored["metadata"]["uid"]
+            ):
+                raise kube.ApiError(
+                    422, "Invalid", f"{plural} {name!r} is invalid: metadata.uid: field is immutable"
+                )
+            patch = body if verb == "apply" or subresource != "status" else {"status": body["status"]}
+            obj = merge(stored or {}, patch)
         obj.setdefault("metadata", {}).setdefault("namespace", parts[namespaced + 1])
         return copy.deepcopy(self.put(obj))
 

@@ -41,6 +41,7 @@ async def queued(runtime: engine.Engine) -> list[reconcile.OwnerKey]:
 
 
 KEY = reconcile.OwnerKey("TrainingJob", "team-a", "mlp")
+OWNER_UID = "job-uid-1"  # the incarnation of KEY the records are for
 
 
 @pytest.mark.parametrize(
@@ -122,13 +123,13 @@ async def test_the_echo_of_the_operators_own_write_queues_nothing_and_any_later_
         return {"kind": "Role", "metadata": {**meta, "labels": {"trainop.dev/job": "mlp"}}}
 
     own = runtime._reconciler.own_writes
-    own.record(KEY, "Role", "mlp-trainer", own_writes.Record("u1", "7", "f"))
+    own.record(KEY, "Role", "mlp-trainer", own_writes.Record("u1", "7", "f"), owner_uid=OWNER_UID)
     runtime.child_event(role("7"))
     assert await queued(runtime) == []
-    assert own.current(KEY, "Role", "mlp-trainer", fingerprint="f")
+    assert own.current(KEY, "Role", "mlp-trainer", owner_uid=OWNER_UID, fingerprint="f")
     runtime.child_event(role("8"))  # someone edited it: queued, and applied again by the next reconcile
     assert await queued(runtime) == [KEY]
-    assert not own.current(KEY, "Role", "mlp-trainer", fingerprint="f")
+    assert not own.current(KEY, "Role", "mlp-trainer", owner_uid=OWNER_UID, fingerprint="f")
 
 
 async def test_a_burst_of_child_events_queues_the_owner_once(runtime: engine.Engine) -> None:

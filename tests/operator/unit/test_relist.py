@@ -13,6 +13,7 @@ from typing import Any
 from trainop.controller import cache, engine, kinds, kube, metrics, own_writes, reconcile, relist
 
 NS = "team-a"
+OWNER_UID = "job-uid-1"  # the incarnation of job mlp the records are for
 
 
 class Index(dict[Any, list[Any]]):
@@ -149,14 +150,16 @@ async def test_an_own_write_of_a_child_gone_is_forgotten_so_the_next_reconcile_a
     _, _, runtime, relists = build()
     own = runtime._reconciler.own_writes
     key = reconcile.OwnerKey("TrainingJob", NS, "mlp")
-    own.record(key, "ServiceAccount", "mlp-trainer", own_writes.Record("sa-1", "7", "f"))
-    own.record(key, "Role", "mlp-trainer", own_writes.Record("role-1", "7", "f"))
+    own.record(key, "ServiceAccount", "mlp-trainer", own_writes.Record("sa-1", "7", "f"), owner_uid=OWNER_UID)
+    own.record(key, "Role", "mlp-trainer", own_writes.Record("role-1", "7", "f"), owner_uid=OWNER_UID)
 
     gone = await relists.sweep({NS})
 
     assert [(g.kind, g.identity.name) for g in gone] == [("ServiceAccount", "mlp-trainer")]
-    assert not own.current(key, "ServiceAccount", "mlp-trainer", fingerprint="f")
-    assert own.current(key, "Role", "mlp-trainer", fingerprint="f")  # Role is not swept in this bed
+    assert not own.current(key, "ServiceAccount", "mlp-trainer", owner_uid=OWNER_UID, fingerprint="f")
+    assert own.current(
+        key, "Role", "mlp-trainer", owner_uid=OWNER_UID, fingerprint="f"
+    )  # Role is not swept in this bed
     assert await queued(runtime) == {key}
 
 
