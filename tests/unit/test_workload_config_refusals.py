@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from trainop.api import manifest, model_config, trainingjob
+from trainop.api import manifest, model_config, trainer_config, trainingjob
 from trainop.controller import acceptance, conditions, state_machine
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -150,6 +150,32 @@ def test_the_operator_fails_a_job_the_apiserver_admitted_naming_the_key_on_its_s
     assert transition.status.phase == trainingjob.Phase.FAILED
     events = [(e.type, e.reason) for e in transition.events if expected in e.message]
     assert ("Warning", "InvalidSpec") in events
+
+
+def test_a_job_accepted_before_the_rule_existed_keeps_running_and_is_told_why_its_spec_is_invalid(
+    tmp_path: pathlib.Path,
+) -> None:
+    """An operator upgrade brings the rule; a job that has run with the typo since before it keeps running
+    with its accepted spec (the applied-spec annotation, base.ACCEPTED), and its status names the key."""
+    body = job(config={"hidenDim": 512})
+    wire = copy.deepcopy(body["spec"])
+    body["metadata"].update(namespace="default", uid="u-1", generation=1)
+    body["metadata"]["annotations"] = {"trainop.dev/applied-spec": acceptance.serialise(wire)}
+    verdict = acceptance.evaluate(body)
+    assert verdict.resource is not None and verdict.keeps_previous_spec
+    assert "did you mean hiddenDim?" in str(verdict.errors[0])
+    running = {"phase": "Running", "attempt": 1, "startTime": "2024-12-31T23:00:00Z"}
+    transition = state_machine.next_status(
+        verdict,
+        verdict.kind.operator_status.from_stored(running),
+        state_machine.Observed(now=NOW, generation=1, ray_jobs={}, claim=None),
+    )
+    assert transition.status.phase != trainingjob.Phase.FAILED
+    # The trainer reads its config, rendered from that spec, the same way.
+    assert isinstance(verdict.resource, trainingjob.TrainingJob)
+    config = trainer_config.for_job(verdict.resource, storage_path="/ckpt", attempt=2, in_cluster=False)
+    (tmp_path / "config.json").write_text(trainer_config.dumps(config))
+    assert trainer_config.load(tmp_path / "config.json").spec.workload.config == {"hidenDim": 512}
 
 
 # ---------------------------------------------------------------------------------------- int64

@@ -81,6 +81,20 @@ LABEL_VALUE_HINT = (
     "ending with a letter or digit, e.g. NVIDIA-H100-80GB-HBM3"
 )
 
+#: Validation context key: the spec was accepted before -- the operator's own record of what runs (the
+#: applied-spec annotation) or a trainer config rendered from it. Rules that only the operator checks (no
+#: CEL twin: the apiserver admitted the object) and that were added after a job was accepted skip such a
+#: spec: an operator upgrade must not fail a running job for what it has been running with (the current
+#: spec is still checked, and its errors are reported while the accepted one keeps running).
+ACCEPTED = "trainop.accepted"
+ACCEPTED_BEFORE = {ACCEPTED: True}
+
+
+def accepted_before(info: pydantic.ValidationInfo) -> bool:
+    """Whether this validation reads a spec accepted before (``ACCEPTED``)."""
+    return bool(info.context and info.context.get(ACCEPTED))
+
+
 # Kubernetes stores integers as int64: the apiserver reads a larger number as a float, which an integer field
 # refuses. Every integer field of the models is held to it (ApiModel).
 MIN_INT64 = -(2**63)

@@ -281,7 +281,10 @@ def dumps(config: TrainerConfig | SweepConfig) -> str:
 def load(path: str | os.PathLike[str] | None = None) -> TrainerConfig:
     """Read the config from ``path``, else $TRAINOP_CONFIG, else the in-cluster default path."""
     resolved = pathlib.Path(path or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH)
-    config = TrainerConfig.model_validate_json(resolved.read_text(), by_alias=True, by_name=False)
+    # Rendered by the operator from the spec it accepted (base.ACCEPTED).
+    config = TrainerConfig.model_validate_json(
+        resolved.read_text(), by_alias=True, by_name=False, context=base.ACCEPTED_BEFORE
+    )
     storage_override = os.environ.get(STORAGE_PATH_ENV)
     if storage_override:
         config = config.model_copy(update={"storage_path": storage_override})
@@ -291,7 +294,10 @@ def load(path: str | os.PathLike[str] | None = None) -> TrainerConfig:
 def load_sweep(path: str | os.PathLike[str] | None = None) -> SweepConfig:
     """Read a sweep driver's config, with the same path and environment rules as :func:`load`."""
     resolved = pathlib.Path(path or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH)
-    config = SweepConfig.model_validate_json(resolved.read_text(), by_alias=True, by_name=False)
+    # Rendered by the operator from the spec it accepted (base.ACCEPTED).
+    config = SweepConfig.model_validate_json(
+        resolved.read_text(), by_alias=True, by_name=False, context=base.ACCEPTED_BEFORE
+    )
     storage_override = os.environ.get(STORAGE_PATH_ENV)
     if storage_override:
         config = config.model_copy(update={"storage_path": storage_override})

@@ -357,6 +357,8 @@ class Workload(base.ApiModel):
         model = info.data.get("model")
         if model is None:  # an entrypoint's or a Ray Train function's: free-form (or model itself is wrong)
             return config
+        if base.accepted_before(info):  # a rule newer than some running jobs (base.ACCEPTED)
+            return config
         found = model_config.problem(model.value, config)
         if found is not None:
             raise ValueError(found)

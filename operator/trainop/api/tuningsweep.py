@@ -316,7 +316,11 @@ class TuningSweepSpec(base.ApiModel):
 
     @pydantic.field_validator("search_space", mode="after")
     @classmethod
-    def _draws_fit_the_template(cls, search_space: dict[str, Distribution]) -> dict[str, Distribution]:
+    def _draws_fit_the_template(
+        cls, search_space: dict[str, Distribution], info: pydantic.ValidationInfo
+    ) -> dict[str, Distribution]:
+        if base.accepted_before(info):  # a rule newer than some running sweeps (base.ACCEPTED)
+            return search_space
         for name, distribution in search_space.items():
             found = draw_problem(name, distribution)
             if found is not None:

@@ -9,7 +9,9 @@ CEL twin), and it cannot compare a new spec with the old one. Both checks happen
   into status (tests/security). A change to any of the kind's immutable fields is refused: the old spec
   keeps running and the conditions say which field changed and how to undo it;
 - an invalid edit of a job that already runs is refused the same way (the job keeps its accepted spec);
-  an invalid spec that was never accepted fails the job (InvalidSpec).
+  an invalid spec that was never accepted fails the job (InvalidSpec). The accepted spec is read with
+  ``base.ACCEPTED``: a rule only the operator checks, added by an upgrade after the job was accepted,
+  reports the current spec's error but does not fail a job that runs with it.
 
 Mutable changes are accepted at once but reach the trainer only with the next attempt (a RayJob's spec
 is fixed for its lifetime; see docs/operator.md).
@@ -95,7 +97,8 @@ def _previous_spec(body: Mapping[str, Any], stored: object) -> base.ApiModel | N
     spec_model = model.model_fields["spec"].annotation
     assert isinstance(spec_model, type) and issubclass(spec_model, base.ApiModel)
     try:
-        return spec_model.model_validate_json(stored, by_alias=True, by_name=False)
+        accepted = base.ACCEPTED_BEFORE
+        return spec_model.model_validate_json(stored, by_alias=True, by_name=False, context=accepted)
     except pydantic.ValidationError:
         return None
 
@@ -111,6 +114,7 @@ def _with_spec(body: Mapping[str, Any], spec: base.ApiModel) -> manifest.Resourc
         },
         by_alias=True,
         by_name=False,
+        context=base.ACCEPTED_BEFORE,
     )
 
 

@@ -15,10 +15,13 @@ Like client-go, a request the apiserver could not serve right now -- 429 (API pr
 5xx, a refused or reset connection -- is retried here a few times (``RETRY_DELAYS_SECONDS``, or the
 answer's Retry-After, capped), before it fails the reconcile and the per-owner backoff takes over. Unlike
 client-go this includes writes whose outcome is unknown (a 500 after the write was applied): every write
-of this operator is idempotent by construction (deterministic names, so a repeated create is a 409 its
-caller handles; patches of the owner computed from what was read, with its uid as a precondition;
-server-side applies of a whole desired object; deletes with a uid precondition). A 409 Conflict is never
-retried here: the reconcile decides again.
+of this operator is safe to repeat (deterministic names, so a repeated create is a 409 its caller handles;
+server-side applies of a whole desired object; deletes with a uid precondition). The owner's status, a
+JSON patch with its uid as a test (``incarnation``), is the exception: repeated after it was applied, a
+removal in it finds nothing to remove and the repeat is refused (422); the reconcile then fails and runs
+again from a fresh read, which finds the status written, and a transition's counters
+(``metrics.record_failure`` and the like, counted after the status write) miss that one transition. A 409
+Conflict is never retried here: the reconcile decides again.
 
 This module must not decide anything; it only speaks HTTP.
 """
@@ -61,6 +64,13 @@ class Resource:
         if subresource is not None:
             path += f"/{subresource}"
         return path
+
+    def collection(self, namespace: str | None) -> str:
+        """The objects of one namespace, or (None) of every namespace."""
+        if namespace is not None:
+            return self.path(namespace)
+        prefix = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
+        return f"{prefix}/{self.plural}"
 
 
 CONFIG_MAPS = Resource("v1", "configmaps")
@@ -202,17 +212,17 @@ class Kube:
             raise
 
     async def list(
-        self, resource: Resource, namespace: str, *, label_selector: str | None = None
+        self, resource: Resource, namespace: str | None, *, label_selector: str | None = None
     ) -> list[dict[str, Any]]:
-        """Objects matching ``label_selector`` (server-side; None: all), fetched LIST_PAGE at a time; []
-        when the resource type is not installed."""
+        """Objects of a namespace (None: of every namespace) matching ``label_selector`` (server-side;
+        None: all), fetched LIST_PAGE at a time; [] when the resource type is not installed."""
         items: list[dict[str, Any]] = []
         query = {"limit": str(LIST_PAGE)}
         if label_selector is not None:
             query["labelSelector"] = label_selector
         while True:
             try:
-                data = await self.request("GET", resource.path(namespace), query=query)
+                data = await self.request("GET", resource.collection(namespace), query=query)
             except ApiError as error:
                 if error.status == 404:
                     return []

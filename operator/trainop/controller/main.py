@@ -94,7 +94,12 @@ async def serve(
     reconciler = reconcile.Reconciler(client, children)
     runtime = engine.Engine(reconciler, children, num_workers=workers)
     runtime.relists = relist.Relists(
-        client, children, reconciler.own_writes, watched=handlers.watched(), on_gone=runtime.gone
+        client,
+        children,
+        reconciler.own_writes,
+        watched=handlers.watched(),
+        on_gone=runtime.gone,
+        clusterwide=namespaces is None,
     )
     registry = kopf.OperatorRegistry()
     settings = kopf.OperatorSettings()

@@ -30,7 +30,7 @@ to the API.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from typing import Any
 
 
@@ -123,12 +123,13 @@ class OwnWrites:
             if child_kind == kind
         ]
 
-    def forget_child(self, kind: str, namespace: str, name: str, uid: str) -> None:
-        """Forget what we wrote to this incarnation of a child (gone without a DELETED event: ``relist``),
-        so that the next reconcile writes it again."""
-        for owner, incarnation in self._owners.items():
-            written = incarnation.children.get((kind, name))
-            if written is not None and written.uid == uid and getattr(owner, "namespace", None) == namespace:
+    def forget_child(self, owners: Iterable[Hashable], kind: str, name: str, uid: str) -> None:
+        """Forget what we wrote to this incarnation of a child for these owners (gone without a DELETED
+        event: ``relist``), so that the next reconcile writes it again."""
+        for owner in owners:
+            incarnation = self._owners.get(owner)
+            written = incarnation.children.get((kind, name)) if incarnation is not None else None
+            if incarnation is not None and written is not None and written.uid == uid:
                 del incarnation.children[(kind, name)]
 
     def forget(self, owner: Hashable) -> None:

@@ -1,32 +1,37 @@
 """After a watch listing, forget the objects that were deleted while no watch was open.
 
 kopf lists a resource when its watch starts and again whenever the watch cannot resume (``410 Gone``: an
-apiserver restarted, or the watch was away longer than etcd keeps history). It feeds every listed object
-to the index functions, but it removes an object's index entries only on a DELETED event -- and an object
-deleted while no watch was open gets none. Left alone, such a ghost stays in the ``cache`` for good: a
-claim the operator never creates again, a RayJob it believes running, a pod that holds the next attempt
+apiserver restarted, or the watch was away longer than etcd keeps history). It feeds every listed object to
+the index functions, but it removes an object's index entries only on a DELETED event -- and an object
+deleted while no watch was open gets none. Left alone, such a ghost stays in the ``cache`` for good: a claim
+the operator never creates again, a RayJob it believes running, a pod that holds the next attempt
 (``WaitingForPreviousAttempt``), a RayJob of a deleted namesake the owner waits for, a deleted owner's
 metrics. The operator's record of its own server-side applied writes (``own_writes``) has the same blind
 spot: it would skip applying a ServiceAccount that is gone.
 
 **When.** A listing shows itself as events of type None (kopf's convention for listed objects). The first
 one opens a *wave*; the wave closes once no listed object has come for ``quiet_s`` seconds (kopf yields a
-listing's pages back to back). Then every namespace the wave listed objects in is *swept*; an apiserver
-restart re-lists every resource at once, so one wave covers them all. A wave that opens before any watch
-event came is the operator's start: it filled empty indexes, so it left no ghost, and it is not swept.
+listing's pages back to back). Then every namespace the wave listed objects in is *swept*, for every watched
+resource: an apiserver restart re-lists every resource at once, and one wave covers them all; kopf re-lists
+one resource alone when only its watch fell too far behind, which the sweep covers too. A wave that opens
+before any watch event came is the operator's start: it filled empty indexes, so it left no ghost, and it is
+not swept.
 
-**How.** For each watched resource and swept namespace: one LIST (paged, with the watch's label
-selector) of what exists now; every index entry (and own-writes record) whose uid the LIST lacks is a
-candidate, and a GET confirms it -- gone, or replaced by a namesake with another uid -- before it is
-dropped: an object created after the LIST, already indexed, is never dropped. Then the owners it
-concerned are queued, as its DELETED event would have done. A failed sweep is retried
-(``SWEEP_RETRY_DELAYS_S``) and the wave's namespaces are kept until it succeeds.
+**How.** For each watched resource that the cache holds objects of in a swept namespace: a LIST (paged, with
+the watch's label selector) of what exists now, as kopf watches -- across the cluster at once, or namespace
+by namespace when the operator serves a list of namespaces; every index entry (and own-writes record) whose
+uid the LIST lacks is a candidate, and a GET confirms it -- gone, or replaced by a namesake with another uid
+-- before it is dropped: an object created after the LIST, already indexed, is never dropped. Then the
+owners it concerned, where its index or own-writes record names them (a RayJob, a Ray pod, a claim, a
+server-side applied child; not a RayCluster), are queued, as its DELETED event would have done. A failed
+sweep is retried (``SWEEP_RETRY_DELAYS_S``) and the wave's namespaces are kept until it succeeds.
 
-Cost: per wave, one LIST per watched resource and namespace -- what kopf's own listing cost -- and a GET
-per candidate (normally only the ghosts). Nothing runs between listings: no polling.
+Cost: per wave, one LIST per watched resource (per served namespace, for an operator given a list of them)
+-- what kopf's listing of every resource costs -- and a GET per candidate (normally only the ghosts),
+however many resources the wave re-listed. Nothing runs between listings: no polling.
 
-Not covered: a namespace whose every watched object was deleted in the gap lists nothing and opens no
-wave; its ghosts concern no existing owner, and a namesake created later is swept at the next listing.
+Not covered: a namespace whose every watched object was deleted in the gap lists nothing and opens no wave;
+its ghosts concern no existing owner, and a namesake created later is swept at the next listing.
 """
 
 from __future__ import annotations
@@ -38,7 +43,9 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from trainop.controller import cache, kinds, kube, own_writes
+import aiohttp
+
+from trainop.controller import cache, kinds, kube, own_writes, reconcile
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +101,7 @@ class Relists:
         *,
         watched: Sequence[Watched],
         on_gone: Callable[[Gone], None],
+        clusterwide: bool = False,
         quiet_s: float = LISTING_QUIET_S,
         retry_delays_s: Sequence[float] = SWEEP_RETRY_DELAYS_S,
     ) -> None:
@@ -102,6 +110,7 @@ class Relists:
         self._own = own
         self._watched = tuple(watched)
         self._on_gone = on_gone
+        self._clusterwide = clusterwide
         self._quiet_s = quiet_s
         self._retry_delays_s = tuple(retry_delays_s)
         self._wave: _Wave | None = None
@@ -142,13 +151,16 @@ class Relists:
                     continue
                 self._wave = None
                 self.waves += 1
-                if not wave.at_start:  # the start's listing filled empty indexes: it left no ghost
+                # The start's listing filled empty indexes: it left no ghost. Every later one may have: a
+                # re-list on an operator that saw no watch event since its start included.
+                self._watching = True
+                if not wave.at_start:
                     pending |= wave.namespaces
             if not pending:
                 return
             try:
                 await self.sweep(pending)
-            except (TimeoutError, kube.ApiError, OSError) as error:
+            except (TimeoutError, kube.ApiError, aiohttp.ClientError, OSError) as error:
                 delay = next(retries, None)
                 if delay is None:
                     log.warning("gave up sweeping after a listing (%s); the next listing sweeps again", error)
@@ -165,18 +177,20 @@ class Relists:
         limit = asyncio.Semaphore(CONFIRM_CONCURRENCY)
         for watched in self._watched:
             held = self._held(watched, namespaces)
-            for namespace in sorted(n for n in namespaces if held.get(n)):
-                live = {
-                    str(obj["metadata"].get("uid"))
-                    for obj in await self._kube.list(
-                        watched.resource, namespace, label_selector=watched.label_selector
-                    )
-                }
-                candidates = [(i, owners) for i, owners in held[namespace].items() if i.uid not in live]
-                confirmed = await asyncio.gather(
-                    *(self._confirm(watched, identity, owners, limit) for identity, owners in candidates)
-                )
-                gone.extend(g for g in confirmed if g is not None)
+            swept = sorted(n for n in namespaces if held.get(n))
+            if not swept:
+                continue
+            live: set[str] = set()
+            # Listed as kopf watches: across the cluster in one paged LIST, or namespace by namespace.
+            for namespace in [None] if self._clusterwide else swept:
+                selector = watched.label_selector
+                found = await self._kube.list(watched.resource, namespace, label_selector=selector)
+                live.update(str(obj["metadata"].get("uid")) for obj in found)
+            candidates = [(i, owners) for n in swept for i, owners in held[n].items() if i.uid not in live]
+            confirmed = await asyncio.gather(
+                *(self._confirm(watched, identity, owners, limit) for identity, owners in candidates)
+            )
+            gone.extend(g for g in confirmed if g is not None)
         for ghost in gone:
             self._forget(ghost)
         self.sweeps += 1
@@ -219,7 +233,9 @@ class Relists:
         for watched in self._watched:
             if watched.kind == ghost.kind and watched.index_id is not None:
                 self._cache.drop(watched.index_id, watched.resource.plural, ghost.identity)
-        self._own.forget_child(ghost.kind, ghost.identity.namespace, ghost.identity.name, ghost.identity.uid)
+        namespace, name, uid = ghost.identity.namespace, ghost.identity.name, ghost.identity.uid
+        owners = [reconcile.OwnerKey(kind, namespace, owner) for kind, owner in ghost.owners]
+        self._own.forget_child(owners, ghost.kind, name, uid)
         self._on_gone(ghost)
 
 

@@ -657,7 +657,7 @@ class _Evaluation:
         if namesakes:
             return "WaitingForDeletion", (
                 f"the Ray pods of a deleted {kind} of the same name to stop "
-                f"({self._wake_at_deadline(namesakes)}; they may still be writing into its claim)"
+                f"({self._wake_at_deadline(namesakes)}; they may still be writing its checkpoints)"
             )
         for earlier, lives in sorted(self.observed.attempt_pods.items()):
             if self._failed_ungracefully(earlier):

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from trainop.controller import cache, engine, kinds, kube, metrics, own_writes, reconcile, relist
 
 NS = "team-a"
@@ -38,6 +40,7 @@ class Apiserver:
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}  # (plural, name) -> object
         self.requests: list[tuple[str, str]] = []
+        self.lists: list[tuple[str, str | None]] = []  # (plural, namespace or None: every namespace)
         self.after_list: list[tuple[str, dict[str, Any]]] = []  # created between the LIST and the GET
 
     def add(self, plural: str, name: str, uid: str) -> None:
@@ -47,6 +50,7 @@ class Apiserver:
         self, resource: kube.Resource, namespace: str, *, label_selector: str | None = None
     ) -> Any:
         self.requests.append(("list", resource.plural))
+        self.lists.append((resource.plural, namespace))
         found = [obj for (plural, _), obj in self.objects.items() if plural == resource.plural]
         for plural, obj in self.after_list:
             self.objects[(plural, obj["metadata"]["name"])] = obj
@@ -63,7 +67,7 @@ def ray_job(name: str, uid: str, owner: str) -> tuple[tuple[str, str, str], Any,
     return (NS, name, uid), (NS, "TrainingJob", owner), cache.RayJobRecord(seen, None)  # type: ignore[arg-type]
 
 
-def build() -> tuple[Apiserver, dict[str, Index], engine.Engine, relist.Relists]:
+def build(*, clusterwide: bool = False) -> tuple[Apiserver, dict[str, Index], engine.Engine, relist.Relists]:
     apiserver = Apiserver()
     indexes = {
         cache.handler_id(cache.RAY_JOBS, "rayjobs"): Index(),
@@ -84,6 +88,7 @@ def build() -> tuple[Apiserver, dict[str, Index], engine.Engine, relist.Relists]
         watched=watched,
         on_gone=runtime.gone,
         quiet_s=0.05,
+        clusterwide=clusterwide,
     )
     runtime.relists = relists
     return apiserver, indexes, runtime, relists
@@ -230,3 +235,33 @@ def test_pods_are_told_apart_by_the_owner_incarnation_that_made_them() -> None:
     assert children.pod_facts(NS, kinds.TRAINING_JOB, "mlp", 1, owner_uid="u-old") != ()
     namesakes = children.namesake_pod_lives(NS, kinds.TRAINING_JOB, "mlp", "u-new")
     assert [life.name for life in namesakes] == ["old-a2-w"]  # old-a1-w Failed: nothing runs there
+
+
+async def test_a_re_list_on_an_operator_that_saw_no_watch_event_since_its_start_is_swept() -> None:
+    """A quiet cluster: the start's listing, hours of nothing, an apiserver restart. The second listing
+    is a re-list all the same."""
+    _, _, runtime, relists = build()
+    body = {"metadata": {"name": "x", "namespace": NS, "uid": "u"}}
+    runtime.listed(None, body)
+    await asyncio.sleep(0.15)
+    runtime.listed(None, body)
+    await asyncio.sleep(0.15)
+    assert (relists.waves, relists.sweeps) == (2, 1)
+    await runtime.stop()
+
+
+@pytest.mark.parametrize(
+    ("clusterwide", "lists"),
+    [(True, [("rayjobs", None)]), (False, [("rayjobs", "team-a"), ("rayjobs", "team-b")])],
+    ids=["cluster-wide: one LIST", "namespaced: one LIST per namespace"],
+)
+async def test_a_sweep_lists_each_resource_as_kopf_watches_it(
+    clusterwide: bool, lists: list[tuple[str, str | None]]
+) -> None:
+    apiserver, indexes, _, relists = build(clusterwide=clusterwide)
+    jobs = indexes[cache.handler_id(cache.RAY_JOBS, "rayjobs")]
+    jobs.put(*ray_job("mlp-a1", "r1", "mlp"))
+    _, _, record = ray_job("vit-a1", "r2", "vit")
+    jobs.put(("team-b", "vit-a1", "r2"), ("team-b", "TrainingJob", "vit"), record)
+    await relists.sweep({NS, "team-b"})
+    assert apiserver.lists == lists  # resources the cache holds nothing of in those namespaces: no LIST
