@@ -12,8 +12,8 @@ The CRD has no twin of these rules: CEL cannot see the keys of a map the schema 
 (``x-kubernetes-preserve-unknown-fields``), so the apiserver admits such a manifest and the operator fails
 the job with InvalidSpec naming the key (manifest.OPERATOR_ONLY_RULES).
 
-This module must not import the API models (trainingjob imports it) nor anything heavier than the
-standard library: the trainer image imports it.
+This module must not import the API models (trainingjob imports it); of the API it imports only ``base``
+(the int64 bound), which the trainer image imports anyway.
 """
 
 from __future__ import annotations
@@ -23,9 +23,7 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
-#: The largest integer Kubernetes keeps as an integer (int64, base.MAX_INT64: this module imports no API
-#: module); beyond it the apiserver reads a float.
-MAX_INT64 = 2**63 - 1
+from trainop.api import base
 
 
 class Key(enum.StrEnum):
@@ -85,7 +83,7 @@ def value_problem(key: Key, value: Any) -> str | None:
             return f"{key.value} must be a number from 0 up to (not including) 1, not {value!r}"
         return None
     lowest = 0 if key in NON_NEGATIVE else 1
-    if isinstance(value, bool) or not isinstance(value, int) or not lowest <= value <= MAX_INT64:
+    if isinstance(value, bool) or not isinstance(value, int) or not lowest <= value <= base.MAX_INT64:
         what = "an integer of 0 or more" if lowest == 0 else "a positive integer"
         return f"{key.value} must be {what}, not {value!r}"
     return None

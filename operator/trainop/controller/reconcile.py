@@ -331,7 +331,7 @@ class Reconciler:
             claim=(observe.claim(claim_name, None) if claim is None else claim.for_owner(owner_uid))
             if claim_name
             else None,
-            pod_problems=self._cache.pod_problems(key.namespace, kind, key.name, attempt, owner_uid=owner_uid)
+            pod_problems=self._cache.pod_problems(*owner_at, attempt, owner_uid=owner_uid)
             if starting
             else (),
             create_errors=dict(kept.create_errors),
@@ -342,7 +342,7 @@ class Reconciler:
                 for earlier in (attempt - 1, attempt)
                 if earlier > 0 and (lives := self._cache.pod_lives(*owner_at, earlier, owner_uid=owner_uid))
             },
-            namesake_pods=self._cache.namesake_pod_lives(key.namespace, kind, key.name, owner_uid),
+            namesake_pods=self._cache.namesake_pod_lives(*owner_at, owner_uid),
             storage_check=_storage_check(raw_status),
             worker_failures=_trainer_record(raw_status, "workerFailures", trainingjob.WorkerFailures),
             progress=_trainer_record(raw_status, "progress", trainingjob.Progress),
